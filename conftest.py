@@ -1,0 +1,21 @@
+"""Wires the dflash-parity pytest plugin in for this repository (installed users get it through the
+`pytest11` entry point). Triton kernels run under the interpreter where there is no GPU; that must be
+decided before any kernel is decorated, hence here, first."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lowerings._triton_env import ensure_interpreter_on_cpu  # noqa: E402
+
+ensure_interpreter_on_cpu()
+
+try:  # installed: the entry point already registered the plugin
+    import importlib.metadata as _md
+
+    _installed = any(ep.value == "parity.pytest_plugin" for ep in _md.entry_points(group="pytest11"))
+except Exception:  # pragma: no cover
+    _installed = False
+if not _installed:
+    pytest_plugins = ["parity.pytest_plugin"]

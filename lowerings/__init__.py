@@ -1,0 +1,22 @@
+"""Production lowerings as adapters: the `Lowering` protocol, the registry and the built-ins.
+
+A user's plugin file::
+
+    from lowerings import register, LoweringResult
+    class MyKernel:
+        name = "my_kernel"; devices = ("cuda",); lse_base = 2.0; deterministic = True; max_compiles = None
+        def available(self, device): return (True, "")
+        def supports(self, case): return None
+        def expected_calls(self, case): return {"my_kernel": 1}
+        def run(self, inputs): ...  # -> LoweringResult(out, lse)
+    register(MyKernel())
+"""
+
+from lowerings.counters import KernelCounter, counted, record, record_compile
+from lowerings.protocol import BASE_2, BASE_E, Lowering, LoweringResult, Partial
+from lowerings.registry import all_lowerings, get, load_plugin, names, register, unregister
+
+__all__ = [
+    "BASE_2", "BASE_E", "KernelCounter", "Lowering", "LoweringResult", "Partial", "all_lowerings", "counted",
+    "get", "load_plugin", "names", "record", "record_compile", "register", "unregister",
+]

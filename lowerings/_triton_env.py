@@ -1,0 +1,131 @@
+"""Where Triton kernels of this package run: compiled on a GPU, or under Triton's interpreter on CPU.
+
+Triton decides *when a kernel is decorated* (``@triton.jit``) whether it becomes a compiled
+``JITFunction`` or an interpreted ``InterpretedFunction``:
+
+- triton >= 3.4 (3.6 on the H200 image, 3.9 here): ``triton.knobs.runtime.interpret``, an ``env_bool``
+  knob that reads the environment variable ``TRITON_INTERPRET`` each time it is asked (unless code set
+  the knob explicitly), and ``triton.jit`` asks it at decoration time;
+- older triton: ``os.environ.get("TRITON_INTERPRET", "0") == "1"`` read inside ``triton.jit``.
+
+So the variable has to be set before the kernel modules are imported. :func:`ensure_interpreter_on_cpu`
+does that on machines without CUDA (where a compiled kernel could never run anyway) and leaves an
+explicit setting alone. :func:`interpreting` reports the mode in both triton generations, and
+:func:`kernel_is_interpreted` tells, for an already decorated kernel, which one it actually became
+(the launchers use it to set their ``UPCAST`` switch: bf16 arithmetic and ``tl.dot`` on bf16 are not
+emulated faithfully by the interpreter, so interpreted kernels upcast loaded tiles to fp32).
+"""
+
+from __future__ import annotations
+
+import os
+
+_TRUE = ("1", "true", "on", "yes")
+
+
+def _env_flag() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+
+
+def interpreting() -> bool:
+    """True when Triton kernels decorated now would run under the interpreter.
+
+    Reads ``triton.knobs.runtime.interpret`` when triton has knobs (>= 3.4; it follows the environment
+    variable ``TRITON_INTERPRET`` unless set explicitly), else the variable itself ("1"/"true"/"on"/"yes",
+    case-insensitive). Does not import triton if it is not importable.
+    """
+    try:
+        from triton import knobs  # type: ignore[attr-defined]
+
+        return bool(knobs.runtime.interpret)
+    except Exception:  # triton missing, or a version without knobs
+        return _env_flag()
+
+
+def ensure_interpreter_on_cpu() -> bool:
+    """Turn Triton's interpreter on when no CUDA device exists and nobody chose a mode.
+
+    Sets ``os.environ["TRITON_INTERPRET"] = "1"`` if ``torch.cuda.is_available()`` is False and the
+    variable is unset. It must run before the kernels are decorated (the kernel modules of this
+    package call it at import). An explicit ``TRITON_INTERPRET`` (any value) is never overridden.
+    Returns :func:`interpreting` afterwards.
+    """
+    if "TRITON_INTERPRET" not in os.environ:
+        try:
+            import torch
+
+            has_cuda = bool(torch.cuda.is_available())
+        except Exception:
+            has_cuda = False
+        if not has_cuda:
+            os.environ["TRITON_INTERPRET"] = "1"
+    return interpreting()
+
+
+def kernel_is_interpreted(kernel) -> bool:
+    """True when ``kernel`` (a decorated Triton function) is an interpreted one.
+
+    Looks at the object Triton built at decoration time (``InterpretedFunction`` vs ``JITFunction``),
+    which is what actually runs, whatever the environment says now.
+    """
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return isinstance(kernel, InterpretedFunction)
+    except Exception:
+        return type(kernel).__name__ == "InterpretedFunction" or interpreting()
+
+
+def triton_available() -> tuple[bool, str]:
+    """``(True, "triton <version>")`` when ``import triton`` works, else ``(False, reason)``."""
+    try:
+        import triton
+        import triton.language  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install raising something else
+        return False, f"triton is not importable: {type(exc).__name__}: {exc}"
+    return True, f"triton {getattr(triton, '__version__', '?')}"
+
+
+def kernel_param_is_constexpr(kernel, name: str) -> bool:
+    """Whether the parameter ``name`` of a decorated Triton kernel is a ``tl.constexpr``.
+
+    Works for compiled ``JITFunction`` (``kernel.params[i].is_constexpr``) and for interpreted kernels
+    (the annotation of the wrapped Python function). Raises KeyError for an unknown parameter.
+    """
+    params = getattr(kernel, "params", None)
+    if params is not None:
+        for p in params:
+            if p.name == name:
+                return bool(p.is_constexpr)
+        raise KeyError(name)
+    import inspect
+
+    import triton.language as tl
+
+    fn = getattr(kernel, "fn", kernel)
+    sig = inspect.signature(fn)
+    if name not in sig.parameters:
+        raise KeyError(name)
+    ann = sig.parameters[name].annotation
+    return ann is tl.constexpr or ann == "tl.constexpr" or (isinstance(ann, str) and ann.endswith("constexpr"))
+
+
+def kernel_param_not_specialized(kernel, name: str) -> bool:
+    """Whether integer parameter ``name`` is in the kernel's ``do_not_specialize`` list.
+
+    Triton specializes integer arguments on ``== 1`` and on divisibility by 16, which would compile a
+    variant per such value class; a parameter listed here never triggers a compile of its own.
+    """
+    for p in getattr(kernel, "params", None) or ():
+        if p.name == name:
+            return bool(p.do_not_specialize)
+    dns = getattr(kernel, "do_not_specialize", None)
+    if dns is None:  # interpreted kernel: the decoration kwargs are kept
+        dns = getattr(kernel, "kwargs", {}).get("do_not_specialize", ()) or ()
+    arg_names = getattr(kernel, "arg_names", None) or []
+    for item in dns:
+        if item == name:
+            return True
+        if isinstance(item, int) and item < len(arg_names) and arg_names[item] == name:
+            return True
+    return False

@@ -1,0 +1,93 @@
+"""Kernel-call and compile counters: catch a right answer computed by the wrong kernel.
+
+Every lowering reports each kernel entry point it calls with `record(name)` (or wraps the function
+with `counted(name)`); a `KernelCounter` context collects them. The framework compares the counts
+with the lowering's `expected_calls(case)`: any other kernel, or another count, is a silent fallback.
+Compilations (a Triton JIT specialization, a torch.compile graph) are reported with
+`record_compile(name)` and bounded per lowering over a whole run.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import Counter
+from typing import Any, Callable, TypeVar
+
+_local = threading.local()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class KernelCounter:
+    """Context manager: `with KernelCounter() as kc: ...; kc.calls == {"decode": 1}`.
+
+    Nested counters all see every call. `details[name]` keeps what each call reported (rows, ...).
+    """
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.compiles: Counter[str] = Counter()
+        self.details: dict[str, list[dict[str, Any]]] = {}
+
+    def __enter__(self) -> "KernelCounter":
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack().remove(self)
+
+
+def _stack() -> list[KernelCounter]:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
+
+
+def record(name: str, count: int = 1, **detail: Any) -> None:
+    """Report `count` calls of kernel entry point `name` (with optional detail such as `rows=`)."""
+    for kc in _stack():
+        kc.calls[name] += count
+        if detail:
+            kc.details.setdefault(name, []).append(detail)
+
+
+def record_compile(name: str) -> None:
+    """Report one compilation of kernel `name`."""
+    for kc in _stack():
+        kc.compiles[name] += 1
+
+
+def counted(name: str) -> Callable[[F], F]:
+    """Decorator: every call of the function records one call of `name`."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            record(name)
+            return fn(*args, **kwargs)
+
+        return inner  # type: ignore[return-value]
+
+    return wrap
+
+
+def call_mismatch(expected: dict[str, int], actual: dict[str, int]) -> str | None:
+    """None when the calls match, else a message naming the expected and the actual kernels."""
+    exp = {k: v for k, v in expected.items() if v}
+    act = {k: v for k, v in actual.items() if v}
+    if exp == act:
+        return None
+
+    def fmt(d: dict[str, int]) -> str:
+        return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "nothing"
+
+    missing = sorted(set(exp) - set(act))
+    extra = sorted(set(act) - set(exp))
+    hint = ""
+    if missing and extra:
+        hint = f" (silent fallback: {', '.join(missing)} replaced by {', '.join(extra)})"
+    elif missing:
+        hint = f" (never called: {', '.join(missing)})"
+    elif extra:
+        hint = f" (unexpected: {', '.join(extra)})"
+    return f"kernel calls: expected {fmt(exp)}, got {fmt(act)}{hint}"

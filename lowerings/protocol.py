@@ -1,0 +1,111 @@
+"""The interface every lowering implements, built-in or a user's plugin.
+
+A lowering is a production call sequence (a kernel plus its glue) that computes the block attention
+of a case. The framework materializes the case, calls `run`, converts the returned LSE from the
+declared base to natural log at this boundary, and judges the result against the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from oracle.case import Case
+from oracle.inputs import Inputs
+
+LN2 = math.log(2.0)
+BASE_E = math.e
+BASE_2 = 2.0
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One partial result a lowering exposes before its merge (a split, part A, part B).
+
+    `out [B, K, Hq, D]`, `lse [B, K, Hq]` in base `lse_base`; the keys it covers are the case's keys
+    under `window` (default: the case's window), restricted, when `future_block_keys_right` is set, to
+    the later block keys `j` with `i < j <= min(K-1, i + right)` (part B of a windowed merge), or to an
+    explicit `key_mask` (boolean, broadcastable to `[B, K, Hq, T]` over absolute key positions).
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    lse_base: float
+    window: tuple[int, int] | None = None
+    future_block_keys_right: int | None = None
+    key_mask: torch.Tensor | None = None
+
+
+@dataclass
+class LoweringResult:
+    """What `run` returns: `out [B, K, Hq, D]` in the case's dtype, `lse [B, K, Hq]` in the lowering's
+    `lse_base` (or None when the lowering returns no LSE), and named partials to check separately."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None
+    partials: dict[str, Partial] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Lowering(Protocol):
+    """A lowering adapter.
+
+    - `name`: stable, as users type it (`decode_rows`, `windowed_merge[eager]`, ...).
+    - `devices`: device types it runs on (`("cpu", "cuda")`).
+    - `lse_base`: base of the LSE `run` returns: `math.e` (torch, flash-attn) or `2.0` (flashinfer,
+      trtllm-gen). Declared, never guessed.
+    - `deterministic`: whether the same inputs must give the same bits (checked by running twice).
+    - `max_compiles`: compilations allowed per shape family over a run (None: nothing is compiled). The
+      family is `compile_family(case)` when the lowering defines it, else every shape field except the
+      batch size, the lengths, the pages and the seed: those must never trigger a compilation.
+    - `available(device)`: `(True, "")` or `(False, why)`: can it run on this machine at all.
+    - `supports(case)`: None, or the reason this case is outside what the lowering can express.
+    - `expected_calls(case)`: the kernel entry points it must call for `case`, `{name: count}`; any
+      other call, or a different count, is a silent fallback.
+    - `run(inputs)`: the production call sequence.
+    """
+
+    name: str
+    devices: tuple[str, ...]
+    lse_base: float
+    deterministic: bool
+    max_compiles: int | None
+
+    def available(self, device: str) -> tuple[bool, str]: ...
+
+    def supports(self, case: Case) -> str | None: ...
+
+    def expected_calls(self, case: Case) -> dict[str, int]: ...
+
+    def run(self, inputs: Inputs) -> LoweringResult: ...
+
+
+REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
+REQUIRED_METHODS = ("available", "supports", "expected_calls", "run")
+
+
+def protocol_violations(obj: object) -> list[str]:
+    """What `obj` lacks to be a `Lowering`, as readable phrases (empty when it is one)."""
+    problems = [f"attribute '{a}' is missing" for a in REQUIRED_ATTRIBUTES if not hasattr(obj, a)]
+    problems += [f"method '{m}' is missing or not callable" for m in REQUIRED_METHODS
+                 if not callable(getattr(obj, m, None))]
+    if not problems:
+        if not isinstance(obj.name, str) or not obj.name:
+            problems.append(f"'name' must be a non-empty string, got {obj.name!r}")
+        if obj.lse_base not in (BASE_E, BASE_2):
+            problems.append(f"'lse_base' must be math.e or 2.0, got {obj.lse_base!r}")
+        if not isinstance(obj.devices, tuple) or not all(d in ("cpu", "cuda") for d in obj.devices):
+            problems.append(f"'devices' must be a tuple of 'cpu'/'cuda', got {obj.devices!r}")
+    return problems
+
+
+def lse_to_natural(lse: torch.Tensor, base: float) -> torch.Tensor:
+    """Convert an LSE in `base` to natural log (`log2 x = ln x / ln 2`, so `ln x = log2 x * ln 2`)."""
+    return lse * LN2 if base == BASE_2 else lse
+
+
+def lse_from_natural(lse: torch.Tensor, base: float) -> torch.Tensor:
+    return lse / LN2 if base == BASE_2 else lse

@@ -1,0 +1,80 @@
+"""The registry of lowerings: built-ins register on import; a user's plugin file calls `register`."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from lowerings.protocol import Lowering, protocol_violations
+from oracle.errors import InvalidInput
+
+_REGISTRY: dict[str, Lowering] = {}
+
+
+def register(lowering: Lowering, *, replace: bool = False) -> Lowering:
+    """Add a lowering under its `name`; a duplicate name is an error unless `replace=True`."""
+    problems = protocol_violations(lowering)
+    if problems:
+        raise InvalidInput(f"lowering {getattr(lowering, 'name', lowering)!r}",
+                           "does not satisfy lowerings.protocol.Lowering: " + "; ".join(problems))
+    if lowering.name in _REGISTRY and not replace:
+        raise InvalidInput(f"lowering {lowering.name!r}", "is already registered; pick another name or pass replace=True")
+    _REGISTRY[lowering.name] = lowering
+    return lowering
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Lowering:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise InvalidInput("--lowering", f"unknown lowering {name!r}; known: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def all_lowerings() -> list[Lowering]:
+    return [get(n) for n in names()]
+
+
+def load_plugin(path: str | Path) -> list[str]:
+    """Import a user's file that calls `register(...)`; returns the names it added."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInput(f"--plugin {path}", "file not found")
+    _load_builtins()
+    before = set(_REGISTRY)
+    mod_name = f"dflash_parity_plugin_{abs(hash(str(p.resolve())))}"
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    if spec is None or spec.loader is None:
+        raise InvalidInput(f"--plugin {path}", "not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except InvalidInput as err:
+        raise InvalidInput(f"--plugin {path}", str(err)) from None
+    except Exception as err:  # the user's code: report it, do not crash
+        raise InvalidInput(f"--plugin {path}", f"raised {type(err).__name__} on import: {err}") from None
+    added = sorted(set(_REGISTRY) - before)
+    if not added:
+        raise InvalidInput(f"--plugin {path}", "registered no lowering (call lowerings.register(...) in it)")
+    return added
+
+
+_BUILTINS_LOADED = False
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    from lowerings import builtins  # noqa: F401  (registers on import)

@@ -1,0 +1,238 @@
+"""The production decompositions of SEMANTICS.md section 4, in torch, on any device.
+
+- `sdpa`: torch SDPA in the working dtype over each request's gathered pages: the yardstick.
+- `context`: one batched non-causal paged-prefill call, K queries per request over `L+K` keys.
+- `decode_rows`: `B*K` single-query decode rows over repeated page tables, `seq_len = L+K`; the context
+  form above the dispatch threshold (B > 32).
+- `windowed_merge[eager|compiled|triton]`: part A from decode rows anchored per query (`seq_len = L+i+1`,
+  `window_left = left`, base-2 LSE), part B over the later block keys, one merge form.
+These are not the oracle renamed: they read through their own paging code, in the working dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lowerings import _paged, counters
+from lowerings.merges import MERGE_FORMS, merge_eager, merges_future_block_keys
+from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
+from oracle.case import Case
+from oracle.inputs import Inputs
+
+DECODE_ROWS_MAX_BATCH = 32  # the dispatch threshold of seed 002
+
+
+class TorchLoweringBase:
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    lse_base: float = BASE_E
+    deterministic: bool = True
+    max_compiles: int | None = None
+    name = "torch-base"
+
+    def available(self, device: str) -> tuple[bool, str]:
+        if device not in self.devices:
+            return False, f"runs on {', '.join(self.devices)}, not {device}"
+        if device == "cuda" and not torch.cuda.is_available():
+            return False, "no CUDA device visible to torch"
+        return True, ""
+
+    def supports(self, case: Case) -> str | None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<lowering {self.name}>"
+
+
+def _ensure_block_in_pool(inputs: Inputs) -> None:
+    """The production append step (`append_paged_kv_cache`) when the block is not in the pool yet."""
+    c = inputs.case
+    if c.block_storage == "dense":
+        _paged.append_paged_kv(inputs.k_pool, inputs.v_pool, inputs.page_table, list(inputs.context_lens_host),
+                               inputs.k_block, inputs.v_block, layout=c.layout, page_size=c.page_size,
+                               k_scale=c.k_scale, v_scale=c.v_scale)
+
+
+def _append_calls(case: Case) -> dict[str, int]:
+    return {"torch.append_paged_kv": 1} if case.block_storage == "dense" else {}
+
+
+class Sdpa(TorchLoweringBase):
+    """torch SDPA in the working dtype over gathered pages, one call per request (the yardstick)."""
+
+    name = "sdpa"
+    lse_base = BASE_E
+
+    def expected_calls(self, case: Case) -> dict[str, int]:
+        return {"torch.sdpa": case.batch_size}
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        c = inputs.case
+        ps, K, D = c.page_size, c.block_size, c.head_dim
+        G = c.group_size
+        outs, lses = [], []
+        for b, L in enumerate(inputs.context_lens_host):
+            t = torch.arange(L, device=inputs.device)
+            pid = inputs.page_table[b].to(torch.long)[t // ps]
+            k_ctx = _paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
+            v_ctx = _paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
+            k = torch.cat([k_ctx, inputs.k_block[b]]).transpose(0, 1).repeat_interleave(G, 0)  # [Hq, T, D]
+            v = torch.cat([v_ctx, inputs.v_block[b]]).transpose(0, 1).repeat_interleave(G, 0)
+            q = inputs.q[b].transpose(0, 1)  # [Hq, K, D]
+            pos = L + torch.arange(K, device=inputs.device).view(-1, 1)
+            tt = torch.arange(L + K, device=inputs.device).view(1, -1)
+            left, right = c.window
+            mask = torch.ones((K, L + K), dtype=torch.bool, device=inputs.device)
+            if left != -1:
+                mask &= tt >= pos - left
+            if right != -1:
+                mask &= tt <= pos + right
+            counters.record("torch.sdpa")
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c.softmax_scale)
+            s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * c.softmax_scale
+            lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)
+            outs.append(o.transpose(0, 1))
+            lses.append(lse.transpose(0, 1))
+        return LoweringResult(out=torch.stack(outs), lse=torch.stack(lses))
+
+
+class Context(TorchLoweringBase):
+    """Context FMHA: one batched paged prefill, K queries per request over `L+K` keys, `causal=False`,
+    an end-aligned left window only (exact iff `K <= W`, i.e. `K - 1 <= right`)."""
+
+    name = "context"
+    lse_base = BASE_2
+
+    def supports(self, case: Case) -> str | None:
+        left, right = case.window
+        if right != -1 and case.block_size - 1 > right:
+            return (f"context FMHA expresses only an end-aligned left window; exact iff K-1 <= right, "
+                    f"got K={case.block_size}, window={case.window}")
+        return None
+
+    def expected_calls(self, case: Case) -> dict[str, int]:
+        return {**_append_calls(case), "torch.paged_prefill": 1}
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        c = inputs.case
+        _ensure_block_in_pool(inputs)
+        counters.record("torch.paged_prefill", rows=c.batch_size * c.block_size)
+        kv_lens = [L + c.block_size for L in inputs.context_lens_host]
+        out, lse2 = _paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
+                                           layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
+                                           window_left=c.window[0], causal=False, k_scale=c.k_scale, v_scale=c.v_scale)
+        return LoweringResult(out=out, lse=lse2)
+
+
+def decode_rows_attention(inputs: Inputs, *, threshold: int = DECODE_ROWS_MAX_BATCH):
+    """Seed 002's dispatch: `B*K` decode rows when `B <= threshold`, else the context form."""
+    c = inputs.case
+    _ensure_block_in_pool(inputs)
+    B, K, Hq, D = inputs.q.shape
+    kv_lens = [L + K for L in inputs.context_lens_host]
+    if B <= threshold:
+        rows = B * K
+        counters.record("torch.paged_decode", rows=rows)
+        q_rows = inputs.q.reshape(rows, 1, Hq, D)
+        table = inputs.page_table.repeat_interleave(K, dim=0)
+        lens = [n for n in kv_lens for _ in range(K)]
+        out, lse2 = _paged.paged_attention(q_rows, inputs.k_pool, inputs.v_pool, table, lens, layout=c.layout,
+                                           page_size=c.page_size, scale=c.softmax_scale,
+                                           k_scale=c.k_scale, v_scale=c.v_scale)
+        return out.view(B, K, Hq, D), lse2.view(B, K, Hq)
+    counters.record("torch.paged_prefill", rows=B * K)
+    return _paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
+                                  layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
+                                  k_scale=c.k_scale, v_scale=c.v_scale)
+
+
+class DecodeRows(TorchLoweringBase):
+    """Decode rows (seed 002): exact for non-causal unwindowed layers only."""
+
+    name = "decode_rows"
+    lse_base = BASE_2
+    threshold = DECODE_ROWS_MAX_BATCH
+
+    def supports(self, case: Case) -> str | None:
+        if case.window != (-1, -1):
+            return f"decode rows all end at L+K: exact for non-causal unwindowed layers only, got window={case.window}"
+        return None
+
+    def expected_calls(self, case: Case) -> dict[str, int]:
+        kernel = "torch.paged_decode" if case.batch_size <= self.threshold else "torch.paged_prefill"
+        return {**_append_calls(case), kernel: 1}
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        out, lse2 = decode_rows_attention(inputs, threshold=self.threshold)
+        return LoweringResult(out=out, lse=lse2)
+
+
+def causal_decode_part_a(inputs: Inputs):
+    """Part A: row `(b, i)` with `seq_len = L_b + i + 1` and `window_left = left` (each query anchored at
+    its own position). Returns `out [B, K, Hq, D]` and base-2 `lse [B, K, Hq]`."""
+    c = inputs.case
+    B, K, Hq, D = inputs.q.shape
+    _ensure_block_in_pool(inputs)
+    counters.record("torch.paged_decode", rows=B * K)
+    table = inputs.page_table.repeat_interleave(K, dim=0)
+    lens = [L + i + 1 for L in inputs.context_lens_host for i in range(K)]
+    out, lse2 = _paged.paged_attention(inputs.q.reshape(B * K, 1, Hq, D), inputs.k_pool, inputs.v_pool, table, lens,
+                                       layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
+                                       window_left=c.window[0], k_scale=c.k_scale, v_scale=c.v_scale)
+    return out.view(B, K, Hq, D), lse2.view(B, K, Hq)
+
+
+@dataclass
+class WindowedMerge(TorchLoweringBase):
+    """Non-causal windowed = causal windowed decode + merge of the later block keys (seed 000).
+
+    No merge at all where no block key follows a query (`K == 1` or `right == 0`): the output is part
+    A exactly. The merge form is selectable: `eager`, `compiled`, `triton`.
+    """
+
+    form: str = "eager"
+    lse_base: float = BASE_2
+
+    def __post_init__(self) -> None:
+        if self.form not in MERGE_FORMS:
+            raise ValueError(f"form: one of {sorted(MERGE_FORMS)}, got {self.form!r}")
+        self.name = f"windowed_merge[{self.form}]"
+        # compiled: one static graph, then one with a symbolic batch (automatic dynamic shapes).
+        self.max_compiles = {"compiled": 2, "triton": 1}.get(self.form)
+
+    def available(self, device: str) -> tuple[bool, str]:
+        ok, why = super().available(device)
+        if not ok or self.form != "triton":
+            return ok, why
+        from lowerings._triton_env import triton_available
+        return triton_available()
+
+    def merge_calls(self, case: Case) -> dict[str, int]:
+        return {"eager": {"torch.merge_eager": 1}, "compiled": {"torch.compile[merge_unrolled]": 1},
+                "triton": {"triton.merge_future_block_keys": 1}}[self.form]
+
+    def expected_calls(self, case: Case) -> dict[str, int]:
+        calls = {**_append_calls(case), "torch.paged_decode": 1}
+        if merges_future_block_keys(case.block_size, case.window[1]):
+            calls.update(self.merge_calls(case))
+        return calls
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        c = inputs.case
+        left, right = c.window
+        o_a, lse_a = causal_decode_part_a(inputs)
+        part_a = Partial(out=o_a, lse=lse_a, lse_base=BASE_2, window=(left, 0))
+        if not merges_future_block_keys(c.block_size, right):
+            return LoweringResult(out=o_a, lse=lse_a, partials={"A": part_a})
+        partials = {"A": part_a}
+        if self.form == "eager":
+            out, lse, o_b, lse_b = merge_eager(inputs.q, inputs.k_block, inputs.v_block, o_a, lse_a,
+                                               scale=c.softmax_scale, right=right, lse_a_base=BASE_2, return_part_b=True)
+            partials["B"] = Partial(out=o_b, lse=lse_b, lse_base=BASE_E, window=(-1, -1), future_block_keys_right=right)
+        else:
+            out, lse = MERGE_FORMS[self.form](inputs.q, inputs.k_block, inputs.v_block, o_a, lse_a,
+                                              scale=c.softmax_scale, right=right, lse_a_base=BASE_2)
+        return LoweringResult(out=out, lse=lse, partials=partials)

@@ -1,0 +1,238 @@
+"""The case model: a frozen, validated, JSON-round-tripping description of one drafter-attention problem.
+
+A `Case` is a spec, not tensors: `oracle.inputs.materialize(case, device)` builds the tensors from it
+deterministically (the `seed` field drives every random value), so a case file alone reproduces a
+failure. Meaning of every field: SEMANTICS.md section 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from oracle.errors import InvalidInput
+
+CASE_FORMAT_VERSION = 1
+
+DTYPES = ("bfloat16", "float16")
+KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+LAYOUTS = ("NHD", "HND")
+BLOCK_STORAGES = ("appended", "dense")
+PAGE_TABLE_DTYPES = ("int32", "int64")
+# Window kinds of SEMANTICS.md section 2, by (left, right).
+UNBOUNDED = -1
+
+
+def pages_needed(context_len: int, block_size: int, page_size: int) -> int:
+    """Pages a request needs to hold its context plus its appended block (`ceil((L + K) / page_size)`)."""
+    return -(-(context_len + block_size) // page_size)
+
+
+def window_for(kind: str, width: int | None = None) -> tuple[int, int]:
+    """The `(left, right)` window of a layer kind (SEMANTICS.md section 2): `noncausal`, `noncausal_swa`,
+    `causal`, `causal_swa`; the sliding kinds take the window width `W >= 1`."""
+    if kind == "noncausal":
+        return (UNBOUNDED, UNBOUNDED)
+    if kind == "causal":
+        return (UNBOUNDED, 0)
+    if width is None or width < 1:
+        raise InvalidInput("width", f"a sliding window needs an integer width W >= 1, got {width!r}")
+    if kind == "noncausal_swa":
+        return (width - 1, width - 1)
+    if kind == "causal_swa":
+        return (width - 1, 0)
+    raise InvalidInput("kind", f"one of noncausal, noncausal_swa, causal, causal_swa; got {kind!r}")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One batch of drafter block-attention problems.
+
+    Shapes follow SEMANTICS.md: `B = len(context_lens)` requests, block size `K`, `Hq` query heads,
+    `Hkv` KV heads (`Hq % Hkv == 0`), head dim `D`. `pages[b]` lists, in position order, the pool pages
+    request `b` owns (enough for `L_b + K` tokens: the block may be appended); every other page of the
+    `num_pages` pool is a spare page no request owns. `window = (left, right)` in inclusive key counts,
+    -1 unbounded. `scale=None` means `D ** -0.5`. `k_scale`/`v_scale` dequantize an fp8 pool
+    (value = stored * scale). `block_storage="appended"` means the block's K/V already sit in the pool at
+    positions `L_b .. L_b+K-1`; `"dense"` means the pool holds the context only and the block comes as a
+    dense `[B, K, Hkv, D]` suffix (a lowering that needs it in the pool appends it). `page_table_pad`
+    extra columns make the table a strided row view of a wider buffer.
+    """
+
+    context_lens: tuple[int, ...]
+    block_size: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    pages: tuple[tuple[int, ...], ...]
+    num_pages: int
+    layout: str = "NHD"
+    window: tuple[int, int] = (UNBOUNDED, UNBOUNDED)
+    scale: float | None = None
+    dtype: str = "bfloat16"
+    kv_dtype: str = "bfloat16"
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    block_storage: str = "dense"
+    page_table_dtype: str = "int32"
+    page_table_pad: int = 0
+    seed: int = 0
+    version: int = CASE_FORMAT_VERSION
+
+    # ---- derived -------------------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def group_size(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.head_dim ** -0.5 if self.scale is None else float(self.scale)
+
+    @property
+    def max_pages_per_request(self) -> int:
+        return max((len(p) for p in self.pages), default=0)
+
+    @property
+    def max_keys(self) -> int:
+        """Longest key set in the batch, `max_b (L_b + K)`."""
+        return max(self.context_lens) + self.block_size
+
+    @property
+    def is_causal(self) -> bool:
+        return self.window[1] == 0
+
+    @property
+    def merges_future_block_keys(self) -> bool:
+        """Whether any block key follows a query it is visible to (SEMANTICS.md 4.3): false for `K == 1`
+        or `right == 0`, where the causal decode alone is exact."""
+        return self.block_size > 1 and self.window[1] != 0
+
+    def spare_pages(self) -> tuple[int, ...]:
+        owned = {p for row in self.pages for p in row}
+        return tuple(p for p in range(self.num_pages) if p not in owned)
+
+    # ---- validation ----------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        # Normalise JSON lists into tuples so that equality and hashing are structural.
+        object.__setattr__(self, "context_lens", tuple(self.context_lens))
+        object.__setattr__(self, "pages", tuple(tuple(r) for r in self.pages))
+        object.__setattr__(self, "window", tuple(self.window))
+        _validate(self)
+
+    # ---- JSON ----------------------------------------------------------------------------------------
+    def to_json_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["context_lens"] = list(self.context_lens)
+        d["pages"] = [list(r) for r in self.pages]
+        d["window"] = list(self.window)
+        return {"version": d.pop("version"), "batch_size": self.batch_size, **d}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_json_dict(), indent=indent)
+
+    @classmethod
+    def from_json_dict(cls, data: Any, *, source: str = "case") -> "Case":
+        if not isinstance(data, dict):
+            raise InvalidInput(source, f"a case is a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("version", None)
+        if version != CASE_FORMAT_VERSION:
+            raise InvalidInput(f"{source}: version", f"this dflash-parity reads case format {CASE_FORMAT_VERSION}, got {version!r}")
+        batch_size = data.pop("batch_size", None)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInput(f"{source}: {unknown[0]}", f"unknown case field; known fields: {', '.join(sorted(known - {'version'}))}")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data)
+        if missing:
+            raise InvalidInput(f"{source}: {missing[0]}", "required case field is missing")
+        try:
+            case = cls(**data)
+        except InvalidInput as err:
+            raise InvalidInput(f"{source}: {err.where}", err.rule) from None
+        if batch_size is not None and batch_size != case.batch_size:
+            raise InvalidInput(f"{source}: batch_size", f"must equal len(context_lens) = {case.batch_size}, got {batch_size!r}")
+        return case
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "case") -> "Case":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InvalidInput(source, f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        # A failure file wraps the case with its verdict; accept both.
+        if isinstance(data, dict) and "case" in data and isinstance(data["case"], dict):
+            data = data["case"]
+        return cls.from_json_dict(data, source=source)
+
+    def replace(self, **changes: Any) -> "Case":
+        return dataclasses.replace(self, **changes)
+
+    def short(self) -> str:
+        """One line a reviewer can read: the shape-defining fields."""
+        w = "" if self.window == (UNBOUNDED, UNBOUNDED) else f" window={self.window[0]},{self.window[1]}"
+        kv = "" if self.kv_dtype == self.dtype else f" kv={self.kv_dtype}"
+        return (f"B={self.batch_size} L={list(self.context_lens)} K={self.block_size} "
+                f"heads={self.num_q_heads}/{self.num_kv_heads} D={self.head_dim} page={self.page_size} "
+                f"{self.layout} {self.dtype}{kv}{w} {self.block_storage}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _validate(c: Case) -> None:
+    def need(ok: bool, where: str, rule: str) -> None:
+        if not ok:
+            raise InvalidInput(where, rule)
+
+    for name in ("block_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "num_pages"):
+        v = getattr(c, name)
+        need(_is_int(v) and v >= 1, name, f"a positive integer, got {v!r}")
+    need(len(c.context_lens) >= 1, "context_lens", "at least one request (batch size >= 1)")
+    for b, L in enumerate(c.context_lens):
+        need(_is_int(L) and L >= 0, f"context_lens[{b}]", f"a context length >= 0, got {L!r}")
+    need(c.num_q_heads % c.num_kv_heads == 0, "num_q_heads",
+         f"must be a multiple of num_kv_heads={c.num_kv_heads}, got {c.num_q_heads}")
+    need(c.layout in LAYOUTS, "layout", f"one of {LAYOUTS}, got {c.layout!r}")
+    need(c.dtype in DTYPES, "dtype", f"one of {DTYPES}, got {c.dtype!r}")
+    need(c.kv_dtype in KV_DTYPES, "kv_dtype", f"one of {KV_DTYPES}, got {c.kv_dtype!r}")
+    if c.kv_dtype != "float8_e4m3fn":
+        need(c.kv_dtype == c.dtype, "kv_dtype", f"must equal dtype={c.dtype!r} unless it is float8_e4m3fn, got {c.kv_dtype!r}")
+    for name in ("k_scale", "v_scale"):
+        v = getattr(c, name)
+        need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+             name, f"a finite positive number, got {v!r}")
+        if c.kv_dtype != "float8_e4m3fn":
+            need(v == 1.0, name, f"must be 1.0 unless kv_dtype is float8_e4m3fn, got {v!r}")
+    if c.scale is not None:
+        need(isinstance(c.scale, (int, float)) and not isinstance(c.scale, bool) and math.isfinite(c.scale) and c.scale > 0,
+             "scale", f"None (meaning head_dim ** -0.5) or a finite positive number, got {c.scale!r}")
+    need(c.block_storage in BLOCK_STORAGES, "block_storage", f"one of {BLOCK_STORAGES}, got {c.block_storage!r}")
+    need(c.page_table_dtype in PAGE_TABLE_DTYPES, "page_table_dtype", f"one of {PAGE_TABLE_DTYPES}, got {c.page_table_dtype!r}")
+    need(_is_int(c.page_table_pad) and c.page_table_pad >= 0, "page_table_pad", f"an integer >= 0, got {c.page_table_pad!r}")
+    need(_is_int(c.seed) and 0 <= c.seed < 2**63, "seed", f"an integer in [0, 2**63), got {c.seed!r}")
+    need(len(c.window) == 2 and all(_is_int(w) and w >= -1 for w in c.window), "window",
+         f"a pair (left, right) of integers >= -1 (-1 = unbounded), got {c.window!r}")
+    need(len(c.pages) == len(c.context_lens), "pages",
+         f"one page list per request: {len(c.context_lens)} requests, got {len(c.pages)} lists")
+    owner: dict[int, int] = {}
+    for b, row in enumerate(c.pages):
+        want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
+        need(len(row) >= want, f"pages[{b}]",
+             f"request {b} holds L+K = {c.context_lens[b] + c.block_size} tokens and needs {want} pages of "
+             f"{c.page_size}, got {len(row)}")
+        for p in row:
+            need(_is_int(p) and 0 <= p < c.num_pages, f"pages[{b}]",
+                 f"page ids must lie in the pool [0, num_pages={c.num_pages}), got {p!r}")
+            need(p not in owner, f"pages[{b}]", f"page {p} is already owned by request {owner.get(p)}; pages never alias")
+            owner[p] = b

@@ -1,0 +1,219 @@
+"""The golden oracle: drafter block attention in fp32 (or fp64) over the gathered keys.
+
+SEMANTICS.md sections 2-3, literally: query `i` of request `b` sits at `p = L_b + i`; it sees key `t`
+iff `0 <= t < L_b + K`, `t >= p - left` (unless `left == -1`) and `t <= p + right` (unless
+`right == -1`), intersected with an optional caller's key subset. `O = softmax(scale * q.k) @ v` and
+`LSE = ln sum exp(scale * q.k)` (natural log). A row with no visible key gives `O = 0`, `LSE = -inf`.
+
+It reads exactly the values a lowering reads (fp8 pools dequantized as `stored * scale`, the bf16/fp16
+block), upcast to the compute precision. Keys are processed in chunks of absolute positions with an
+online softmax, so memory is bounded by the chunk, not by `L`; GQA never repeats K/V. This module
+imports nothing from `lowerings/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from oracle.case import Case
+from oracle.errors import InvalidInput
+from oracle.inputs import TORCH_DTYPES, Inputs, torch_dtype
+
+DEFAULT_CHUNK = 2048
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """`out`: `[B, K, Hq, D]`, `lse`: `[B, K, Hq]` natural log, both in the compute precision."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+def visible(case: Case, window: tuple[int, int] | None = None, *, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Boolean `[B, K, T]` visibility of SEMANTICS.md section 2 (`T = max_b L_b + K`, absolute positions)."""
+    return _visible_chunk(case, window or case.window, 0, case.max_keys,
+                          torch.tensor(case.context_lens, device=device))
+
+
+def future_block_keys_mask(case: Case, right: int | None = None) -> torch.Tensor:
+    """Boolean `[B, K, 1, T]`: for query `i`, the later block keys `j` with `i < j <= min(K-1, i+right)`
+    (part B of the windowed merge, SEMANTICS.md 4.3); `right` defaults to the case's, -1 unbounded."""
+    right = case.window[1] if right is None else right
+    B, K, T = case.batch_size, case.block_size, case.max_keys
+    mask = torch.zeros((B, K, 1, T), dtype=torch.bool)
+    for b, L in enumerate(case.context_lens):
+        for i in range(K):
+            hi = K - 1 if right == -1 else min(K - 1, i + right)
+            if hi > i:
+                mask[b, i, 0, L + i + 1: L + hi + 1] = True
+    return mask
+
+
+def _visible_chunk(case: Case, window: tuple[int, int], t0: int, t1: int, lens: torch.Tensor) -> torch.Tensor:
+    left, right = window
+    K = case.block_size
+    t = torch.arange(t0, t1, device=lens.device).view(1, 1, -1)
+    p = (lens.view(-1, 1, 1) + torch.arange(K, device=lens.device).view(1, -1, 1))
+    vis = t < (lens.view(-1, 1, 1) + K)
+    if left != -1:
+        vis = vis & (t >= p - left)
+    if right != -1:
+        vis = vis & (t <= p + right)
+    return vis.expand(lens.shape[0], case.block_size, t1 - t0)
+
+
+@contextlib.contextmanager
+def _exact_fp32_matmul():
+    """No TF32 inside the oracle: its precision is the point."""
+    old_cuda = torch.backends.cuda.matmul.allow_tf32
+    old_cudnn = torch.backends.cudnn.allow_tf32
+    old_prec = torch.get_float32_matmul_precision()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_cuda
+        torch.backends.cudnn.allow_tf32 = old_cudnn
+        torch.set_float32_matmul_precision(old_prec)
+
+
+def check_inputs(inputs: Inputs) -> None:
+    """Raise `InvalidInput` naming the tensor when `inputs` does not match its case."""
+    c = inputs.case
+    B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
+    pool_shape = (c.num_pages, ps, Hkv, D) if c.layout == "NHD" else (c.num_pages, Hkv, ps, D)
+    want = {
+        "q": ((B, K, Hq, D), torch_dtype(c.dtype)),
+        "k_pool": (pool_shape, torch_dtype(c.kv_dtype)),
+        "v_pool": (pool_shape, torch_dtype(c.kv_dtype)),
+        "k_block": ((B, K, Hkv, D), torch_dtype(c.dtype)),
+        "v_block": ((B, K, Hkv, D), torch_dtype(c.dtype)),
+    }
+    device = inputs.q.device
+    for name, (shape, dtype) in want.items():
+        t = getattr(inputs, name)
+        if not isinstance(t, torch.Tensor):
+            raise InvalidInput(name, f"a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise InvalidInput(name, f"shape {shape} for this case ({c.layout}), got {tuple(t.shape)}")
+        if t.dtype != dtype:
+            raise InvalidInput(name, f"dtype {dtype} for this case, got {t.dtype}")
+        if t.device != device:
+            raise InvalidInput(name, f"on q's device {device}, got {t.device}")
+    pt = inputs.page_table
+    if pt.dim() != 2 or pt.shape[0] != B or pt.shape[1] < c.max_pages_per_request:
+        raise InvalidInput("page_table", f"shape [B={B}, >= {c.max_pages_per_request}], got {tuple(pt.shape)}")
+    if pt.dtype not in (torch.int32, torch.int64):
+        raise InvalidInput("page_table", f"dtype int32 or int64, got {pt.dtype}")
+    if pt.device != device:
+        raise InvalidInput("page_table", f"on q's device {device}, got {pt.device}")
+    cl = inputs.context_lens
+    if tuple(cl.shape) != (B,) or cl.dtype not in (torch.int32, torch.int64) or cl.device != device:
+        raise InvalidInput("context_lens", f"an int32 tensor of shape [{B}] on {device}, got {cl.dtype} {tuple(cl.shape)} on {cl.device}")
+
+
+def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
+              precision: torch.dtype = torch.float32, chunk: int = DEFAULT_CHUNK) -> OracleResult:
+    """Oracle attention of a case: `O [B, K, Hq, D]` and natural-log `LSE [B, K, Hq]` in `precision`.
+
+    `window` overrides the case's `(left, right)` (e.g. `(W-1, 0)` for part A of a windowed merge);
+    `key_mask`, boolean and broadcastable to `[B, K, Hq, T]` over absolute key positions
+    `T = max_b L_b + K`, restricts each row to a key subset (a lowering's partial). `chunk` keys are
+    scored at a time.
+    """
+    check_inputs(inputs)
+    if precision not in (torch.float32, torch.float64):
+        raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise InvalidInput("chunk", f"a positive integer, got {chunk!r}")
+    c = inputs.case
+    B, K, Hq, Hkv, D = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim
+    G, T = c.group_size, c.max_keys
+    window = tuple(window) if window is not None else c.window
+    if len(window) != 2 or any((not isinstance(w, int)) or w < -1 for w in window):
+        raise InvalidInput("window", f"a pair (left, right) of integers >= -1, got {window!r}")
+    dev = inputs.q.device
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+            raise InvalidInput("key_mask", "a boolean tensor broadcastable to [B, K, Hq, T]")
+        try:
+            key_mask = key_mask.to(dev).expand(B, K, Hq, T)
+        except RuntimeError:
+            raise InvalidInput("key_mask", f"broadcastable to [B={B}, K={K}, Hq={Hq}, T={T}], got {tuple(key_mask.shape)}") from None
+
+    lens = inputs.context_lens.to(torch.long)
+    q = inputs.q.to(precision).view(B, K, Hkv, G, D)
+    scale = c.softmax_scale
+    m = torch.full((B, Hkv, G, K), float("-inf"), dtype=precision, device=dev)
+    l = torch.zeros((B, Hkv, G, K), dtype=precision, device=dev)
+    acc = torch.zeros((B, Hkv, G, K, D), dtype=precision, device=dev)
+    with _exact_fp32_matmul():
+        for t0 in range(0, T, chunk):
+            t1 = min(T, t0 + chunk)
+            k, v, valid = _gather_chunk(inputs, t0, t1, lens, precision)
+            vis = _visible_chunk(c, window, t0, t1, lens) & valid.unsqueeze(1)  # [B, K, C]
+            vis = vis.view(B, 1, 1, K, t1 - t0)
+            if key_mask is not None:
+                km = key_mask[..., t0:t1].reshape(B, K, Hkv, G, t1 - t0).permute(0, 2, 3, 1, 4)
+                vis = vis & km
+            s = torch.einsum("bkhgd,bchd->bhgkc", q, k) * scale
+            s = s.masked_fill(~vis, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            alpha = torch.exp(m - m_safe)
+            p = torch.exp(s - m_safe.unsqueeze(-1))
+            l = l * alpha + p.sum(dim=-1)
+            acc = acc * alpha.unsqueeze(-1) + torch.einsum("bhgkc,bchd->bhgkd", p, v)
+            m = m_new
+    has = l > 0
+    out = torch.where(has.unsqueeze(-1), acc / torch.where(has, l, torch.ones_like(l)).unsqueeze(-1),
+                      torch.zeros_like(acc))
+    lse = torch.where(has, m + torch.log(torch.where(has, l, torch.ones_like(l))),
+                      torch.full_like(l, float("-inf")))
+    # [B, Hkv, G, K, D] -> [B, K, Hq, D]
+    out = out.permute(0, 3, 1, 2, 4).reshape(B, K, Hq, D)
+    lse = lse.permute(0, 3, 1, 2).reshape(B, K, Hq)
+    return OracleResult(out=out, lse=lse)
+
+
+def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype):
+    """Keys/values of absolute positions `t0..t1-1` for every request: `k, v [B, C, Hkv, D]` in
+    `precision` (zero where invalid) and `valid [B, C]` (`t < L_b + K`)."""
+    c = inputs.case
+    B, K, ps = c.batch_size, c.block_size, c.page_size
+    dev = inputs.q.device
+    t = torch.arange(t0, t1, device=dev).view(1, -1)
+    Lb = lens.view(-1, 1)
+    in_ctx = t < Lb
+    in_blk = (t >= Lb) & (t < Lb + K)
+    from_pool = in_ctx | (in_blk if c.block_storage == "appended" else torch.zeros_like(in_blk))
+    col = torch.clamp(t // ps, max=inputs.page_table.shape[1] - 1).expand(B, -1)
+    pid = torch.gather(inputs.page_table.to(torch.long), 1, col)
+    pid = torch.where(from_pool, pid, torch.zeros_like(pid))
+    slot = (t % ps).expand(B, -1)
+    fp8 = TORCH_DTYPES["float8_e4m3fn"]
+
+    def read_pool(pool: torch.Tensor, kv_scale: float) -> torch.Tensor:
+        x = pool[pid, slot] if c.layout == "NHD" else pool[pid, :, slot]  # [B, C, Hkv, D] either way
+        x = x.to(precision)
+        return x * kv_scale if pool.dtype == fp8 else x
+
+    k = read_pool(inputs.k_pool, c.k_scale)
+    v = read_pool(inputs.v_pool, c.v_scale)
+    if c.block_storage == "dense":
+        j = torch.clamp(t - Lb, 0, K - 1)
+        bidx = torch.arange(B, device=dev).view(-1, 1).expand_as(j)
+        kb = inputs.k_block[bidx, j].to(precision)
+        vb = inputs.v_block[bidx, j].to(precision)
+        sel = in_blk.view(B, -1, 1, 1)
+        k = torch.where(sel, kb, k)
+        v = torch.where(sel, vb, v)
+    valid = (in_ctx | in_blk).view(B, -1, 1, 1)
+    zero = torch.zeros((), dtype=precision, device=dev)
+    return torch.where(valid, k, zero), torch.where(valid, v, zero), valid.view(B, -1)

@@ -1,0 +1,282 @@
+"""`dflash-parity`: list, check, repro, gate.
+
+Exit codes: 0 all hold; 1 a parity failure (or a gate failure); 2 bad usage or bad input (one clear
+message naming the input, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2 with the usage line
+        self.print_usage(sys.stderr)
+        print(f"dflash-parity: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+        return v
+    return parse
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}")
+    return v
+
+
+def default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from strategies import PROFILES
+
+    p = _Parser(prog="dflash-parity", description="Numerical parity of drafter block-attention lowerings "
+                "against an fp32 oracle.")
+    sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                        help="a Python file that registers lowerings (repeatable)")
+        sp.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
+        sp.add_argument("--tolerances", default=None, metavar="TOML", help="tolerance policy (default: the packaged tolerances.toml)")
+
+    sp = sub.add_parser("list", help="lowerings, where each runs, whether it can run here and why not")
+    common(sp)
+
+    sp = sub.add_parser("check", help="draw cases for each lowering, judge them, shrink failures, write reports")
+    common(sp)
+    sp.add_argument("--lowering", action="append", default=[], metavar="NAME", help="lowering to check (repeatable; default: all)")
+    sp.add_argument("--max-examples", type=_positive_int("--max-examples"), default=None, help="cases per lowering (default: the profile's)")
+    sp.add_argument("--seed", type=_nonneg_int, default=None, help="hypothesis seed (default: derandomized profiles fix it)")
+    sp.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="hypothesis profile (default: ci)")
+    sp.add_argument("--report", default="parity-report", metavar="DIR", help="report directory (default: parity-report)")
+    sp.add_argument("--database", default=None, metavar="DIR", help="hypothesis example database (default: none)")
+    sp.add_argument("--no-hardening", action="store_true",
+                    help="skip the untouched-input and determinism checks (timing runs only)")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
+    common(sp)
+    sp.add_argument("case_file", metavar="FILE.json")
+    sp.add_argument("--lowering", action="append", default=[], metavar="NAME",
+                    help="lowering to run (default: the one the failure file names)")
+
+    sp = sub.add_parser("gate", help="compare a report with a baseline; fail on regressions")
+    sp.add_argument("new", metavar="NEW", help="new report directory (or its parity.json)")
+    sp.add_argument("--baseline", required=True, metavar="OLD", help="baseline report directory or parity.json")
+    sp.add_argument("--tolerances", default=None, metavar="TOML")
+    sp.add_argument("--markdown", default=None, metavar="FILE", help="write the Markdown diff here (default: NEW/gate.md)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from oracle.errors import InvalidInput
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate}[args.verb](args)
+    except InvalidInput as err:
+        print(f"dflash-parity: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as err:  # validated settings (profile, limits) raise ValueError with the option named
+        print(f"dflash-parity: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dflash-parity: interrupted", file=sys.stderr)
+        return 130
+
+
+def _setup(args) -> tuple:
+    import lowerings
+    from parity import policy as policy_mod
+
+    for path in args.plugin:
+        lowerings.load_plugin(path)
+    device = args.device or default_device()
+    pol = policy_mod.load(args.tolerances)
+    pol.check_lowerings(lowerings.names())
+    return device, pol
+
+
+def cmd_list(args) -> int:
+    import lowerings
+
+    device, _ = _setup(args)
+    rows = [["lowering", "runs on", "LSE base", f"here ({device})"]]
+    for lw in lowerings.all_lowerings():
+        ok, why = lw.available(device)
+        rows.append([lw.name, ",".join(lw.devices), "2" if lw.lse_base == 2.0 else "e", "yes" if ok else f"no: {why}"])
+    from parity.report import format_table
+    print(format_table(rows))
+    return EXIT_OK
+
+
+def _progress(quiet: bool):
+    last = [0.0]
+    tty = sys.stderr.isatty()
+
+    def show(report, outcome) -> None:
+        if quiet:
+            return
+        now = time.perf_counter()
+        if outcome.status != "fail" and now - last[0] < (0.2 if tty else 5.0):
+            return
+        last[0] = now
+        worst = f"worst margin {report.worst_margin:.2f}" if report.worst else ""
+        line = (f"  {report.lowering}: {report.cases} cases, {report.unsupported} unsupported, "
+                f"{sum(1 for _ in report.failures)} failed {worst}"
+                + (" (shrinking a failure...)" if outcome.status == "fail" else ""))
+        print(("\r" + line.ljust(100)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _saved_failures(report_dir: Path, lowering: str):
+    from oracle.case import Case
+    from parity.report import failure_filename
+
+    stem = failure_filename(lowering, 0)[: -len("-0.json")]
+    out = []
+    for f in sorted((report_dir / "failures").glob(f"{stem}-*.json")):
+        try:
+            data = json.loads(f.read_text())
+            if data.get("lowering") == lowering:
+                out.append(Case.from_json_dict(data["case"], source=str(f)))
+        except (OSError, ValueError, KeyError):
+            continue  # an unreadable old file is not this run's input
+    return out
+
+
+def cmd_check(args) -> int:
+    import lowerings
+    from oracle.errors import InvalidInput
+    from parity import report as report_mod
+    from parity.runner import RunOptions, check_lowering
+    from strategies import PROFILES, cases, profile_settings
+
+    device, pol = _setup(args)
+    names = args.lowering or lowerings.names()
+    selected = [lowerings.get(n) for n in names]
+    settings = profile_settings(args.profile, max_examples=args.max_examples, seed=args.seed, database=args.database)
+    report_dir = Path(args.report)
+    if report_dir.exists() and not report_dir.is_dir():
+        raise InvalidInput("--report", f"{report_dir} exists and is not a directory")
+    opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
+                      check_determinism=not args.no_hardening)
+    yard = lowerings.get("sdpa")
+    results = []
+    t0 = time.perf_counter()
+    for n, lw in enumerate(selected, 1):
+        if not args.quiet:
+            print(f"[{n}/{len(selected)}] {lw.name} on {device} ({args.profile} profile)", file=sys.stderr, flush=True)
+        limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
+        strategy = cases(lw, limits=limits)
+        replay = _saved_failures(report_dir, lw.name)
+        rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard, replay=replay,
+                             progress=_progress(args.quiet), target=PROFILES[args.profile].target,
+                             seed=args.seed)
+        if not args.quiet and sys.stderr.isatty():
+            print(file=sys.stderr)
+        results.append(rep)
+    for lw in selected:  # stale failure files of re-checked lowerings go; this run writes its own
+        stem = report_mod.failure_filename(lw.name, 0)[: -len("-0.json")]
+        for f in (report_dir / "failures").glob(f"{stem}-*.json"):
+            f.unlink()
+    data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source)
+    print(report_mod.format_table(report_mod.table_rows(data)))
+    failed = [r for r in results if r.status == "fail"]
+    for r in failed:
+        for note in r.extra:
+            print(f"\n{r.lowering}: {note}")
+        for i, f in enumerate(r.failures, 1):
+            print(f"\n{r.lowering}: shrunk failing case -> {report_dir / 'failures' / report_mod.failure_filename(r.lowering, i)}")
+            print(f"  {f.outcome.case.short()}")
+            for msg in f.outcome.failures:
+                print(f"  - {msg}")
+            print(f"  {report_mod.example_line(f.outcome.case.to_json_dict())[:200]}...")
+    print(f"\n{len(results)} lowering(s), {sum(r.cases for r in results)} cases in {time.perf_counter() - t0:.1f} s; "
+          f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def cmd_repro(args) -> int:
+    import lowerings
+    from oracle.case import Case
+    from oracle.errors import InvalidInput
+    from parity.runner import RunOptions, run_case
+
+    device, pol = _setup(args)
+    path = Path(args.case_file)
+    if not path.is_file():
+        raise InvalidInput(args.case_file, "case file not found")
+    text = path.read_text()
+    case = Case.from_json(text, source=str(path))
+    try:
+        named = json.loads(text).get("lowering")
+    except (ValueError, AttributeError):
+        named = None
+    names = args.lowering or ([named] if named else [])
+    if not names:
+        raise InvalidInput("--lowering", f"{path} names no lowering; pass --lowering NAME")
+    worst = EXIT_OK
+    for name in names:
+        lw = lowerings.get(name)
+        ok, why = lw.available(device)
+        if not ok:
+            print(f"{name}: cannot run on {device}: {why}")
+            worst = max(worst, EXIT_USAGE)
+            continue
+        out = run_case(lw, case, pol, RunOptions(device=device), yardstick=lowerings.get("sdpa"))
+        print(f"{name} on {case.short()}")
+        print(f"  {out.summary()}")
+        if out.main:
+            f = out.main.figures
+            print(f"  max abs {f.get('out_max_abs', 0):.4g} = {f.get('out_ulp', 0):.2f} ulp, rel L2 {f.get('out_rel_l2', 0):.3g}, "
+                  f"LSE err {f.get('lse_max_abs', float('nan')):.3g}, worst at {f.get('worst_out')}")
+        if out.status == "fail":
+            worst = max(worst, EXIT_FAIL)
+    return worst
+
+
+def cmd_gate(args) -> int:
+    from parity import gate as gate_mod
+    from parity import policy as policy_mod
+    from parity.report import atomic_write
+
+    pol = policy_mod.load(args.tolerances)
+    base = gate_mod.load_report(args.baseline, "--baseline")
+    new = gate_mod.load_report(args.new, "NEW")
+    res = gate_mod.gate(base, new, max_margin_growth=pol.max_margin_growth)
+    md_path = Path(args.markdown) if args.markdown else (Path(args.new) if Path(args.new).is_dir() else Path(args.new).parent) / "gate.md"
+    atomic_write(md_path, res.markdown)
+    print(res.markdown)
+    return EXIT_OK if res.passed else EXIT_FAIL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The judge: one lowering's output against the oracle under a `Tolerance`, every figure kept.
+
+One public entry point, `compare`, and small pure helpers that build the mismatch messages (in the
+manner of `torch.testing._comparison`). A `Comparison` carries the figures (max abs, ulps, rel L2,
+yardstick ratio, LSE error), where the worst element sits (request, query, head, dim) and the margin
+(worst error as a fraction of its bound) of each criterion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from oracle.ulp import ulp
+from parity.policy import Tolerance
+
+
+@dataclass
+class Comparison:
+    """Result of comparing one output (or partial) with the oracle."""
+
+    label: str
+    failures: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    margins: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def margin(self) -> float:
+        return max(self.margins.values(), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "passed": self.passed, "failures": list(self.failures),
+                "figures": self.figures, "margins": self.margins, "margin": self.margin}
+
+
+def _where(shape: tuple[int, ...], flat: int, names: tuple[str, ...]) -> dict[str, int]:
+    idx = []
+    for n in reversed(shape):
+        idx.append(flat % n)
+        flat //= n
+    return dict(zip(names, reversed(idx)))
+
+
+def _fmt_where(w: dict[str, int]) -> str:
+    names = {"b": "request", "i": "query", "h": "head", "d": "dim"}
+    return ", ".join(f"{names.get(k, k)} {v}" for k, v in w.items())
+
+
+def nonfinite_message(label: str, out: torch.Tensor, ref: torch.Tensor, names: tuple[str, ...]) -> str | None:
+    """A message when `out` has NaN/Inf where `ref` is finite, naming the first such element."""
+    bad = ~torch.isfinite(out) & torch.isfinite(ref)
+    n = int(bad.sum())
+    if n == 0:
+        return None
+    flat = int(bad.flatten().nonzero()[0])
+    w = _where(tuple(out.shape), flat, names)
+    val = out.flatten()[flat].item()
+    return f"{label}: {n} non-finite value(s) where the oracle is finite; first {val} at {_fmt_where(w)}"
+
+
+def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out: torch.Tensor,
+            ref_lse: torch.Tensor, *, dtype: str, tol: Tolerance,
+            yardstick_out: torch.Tensor | None = None) -> Comparison:
+    """Judge `out [B, K, Hq, D]` and natural-log `lse_nat [B, K, Hq]` against the oracle's fp32 values.
+
+    Criteria (SEMANTICS.md 5): max abs error in ulps of `max |O_ref|`; relative L2; the yardstick rule
+    when `yardstick_out` (torch SDPA in the working dtype) is given; LSE abs error in natural-log units;
+    NaN/Inf where the oracle is finite always fails.
+    """
+    cmp = Comparison(label)
+    names4 = ("b", "i", "h", "d")
+    if tuple(out.shape) != tuple(ref_out.shape):
+        cmp.failures.append(f"{label}: output shape {tuple(out.shape)}, expected {tuple(ref_out.shape)}")
+        cmp.margins["shape"] = math.inf
+        return cmp
+    o = out.detach().to(device=ref_out.device, dtype=torch.float64)
+    r = ref_out.detach().to(torch.float64)
+    msg = nonfinite_message(f"{label} output", o, r, names4)
+    if msg:
+        cmp.failures.append(msg)
+        cmp.margins["nonfinite"] = math.inf
+    err = torch.where(torch.isfinite(o), (o - r).abs(), torch.full_like(o, math.inf))
+    ref_max = float(r.abs().max()) if r.numel() else 0.0
+    unit = ulp(ref_max, dtype) if ref_max > 0 else ulp(1.0, dtype)
+    max_abs = float(err.max()) if err.numel() else 0.0
+    flat = int(err.flatten().argmax()) if err.numel() else 0
+    worst = _where(tuple(o.shape), flat, names4) if err.numel() else {}
+    ulps = max_abs / unit
+    ref_norm = float(torch.linalg.vector_norm(r))
+    diff = torch.where(torch.isfinite(o), o - r, torch.zeros_like(o))
+    rel_l2 = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else float(torch.linalg.vector_norm(diff))
+    cmp.figures.update(out_max_abs=max_abs, out_ulp=ulps, ulp_unit=unit, ref_max_abs=ref_max, out_rel_l2=rel_l2,
+                       worst_out=worst)
+    if math.isfinite(max_abs):
+        cmp.margins["out_ulp"] = ulps / tol.out_max_ulp
+        if ulps > tol.out_max_ulp:
+            cmp.failures.append(
+                f"{label}: max |O - O_ref| = {max_abs:.4g} = {ulps:.2f} ulp of max|O_ref| = {ref_max:.4g} "
+                f"(bound {tol.out_max_ulp:g} ulp) at {_fmt_where(worst)}: got {float(o.flatten()[flat]):.6g}, "
+                f"expected {float(r.flatten()[flat]):.6g}")
+        cmp.margins["out_rel_l2"] = rel_l2 / tol.out_rel_l2
+        if rel_l2 >= tol.out_rel_l2:
+            cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}")
+    if yardstick_out is not None and math.isfinite(max_abs):
+        y = yardstick_out.detach().to(device=ref_out.device, dtype=torch.float64)
+        y_err = float((y - r).abs().max()) if y.numel() else 0.0
+        bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * unit
+        cmp.figures.update(yardstick_max_abs=y_err, yardstick_bound=bound,
+                           yardstick_ratio=(max_abs / y_err) if y_err > 0 else None)
+        cmp.margins["yardstick"] = max_abs / bound
+        if max_abs > bound:
+            cmp.failures.append(
+                f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x the working-dtype SDPA's "
+                f"{y_err:.4g} + {tol.yardstick_floor_ulp:g} ulp = {bound:.4g} (yardstick)")
+    if lse_nat is not None:
+        cmp_lse(cmp, label, lse_nat, ref_lse, tol)
+    return cmp
+
+
+def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.Tensor, tol: Tolerance) -> None:
+    names3 = ("b", "i", "h")
+    if tuple(lse_nat.shape) != tuple(ref_lse.shape):
+        cmp.failures.append(f"{label}: LSE shape {tuple(lse_nat.shape)}, expected {tuple(ref_lse.shape)}")
+        cmp.margins["lse_shape"] = math.inf
+        return
+    l = lse_nat.detach().to(device=ref_lse.device, dtype=torch.float64)
+    r = ref_lse.detach().to(torch.float64)
+    msg = nonfinite_message(f"{label} LSE", l, r, names3)
+    if msg:
+        cmp.failures.append(msg)
+        cmp.margins["lse_nonfinite"] = math.inf
+    # Empty rows: the oracle's -inf must be matched by -inf.
+    empty = torch.isneginf(r)
+    wrong_empty = empty & ~torch.isneginf(l)
+    if bool(wrong_empty.any()):
+        w = _where(tuple(l.shape), int(wrong_empty.flatten().nonzero()[0]), names3)
+        cmp.failures.append(f"{label} LSE: a row with no visible key must give -inf; got {float(l[tuple(w.values())]):.6g} at {_fmt_where(w)}")
+        cmp.margins["lse_empty"] = math.inf
+    fin = torch.isfinite(r) & torch.isfinite(l)
+    err = torch.where(fin, (l - r).abs(), torch.zeros_like(l))
+    if err.numel() == 0:
+        return
+    max_abs = float(err.max())
+    flat = int(err.flatten().argmax())
+    worst = _where(tuple(l.shape), flat, names3)
+    cmp.figures.update(lse_max_abs=max_abs, worst_lse=worst)
+    cmp.margins["lse"] = max_abs / tol.lse_abs
+    if max_abs > tol.lse_abs:
+        got, exp = float(l.flatten()[flat]), float(r.flatten()[flat])
+        hint = ""
+        if exp != 0 and abs(got / exp - math.log(2)) < 1e-3:
+            hint = " (got = expected x ln 2: a base-2 LSE converted twice?)"
+        elif exp != 0 and abs(got / exp - 1 / math.log(2)) < 1e-3:
+            hint = " (got = expected / ln 2: a base-2 LSE taken as natural log?)"
+        cmp.failures.append(f"{label}: max |LSE - LSE_ref| = {max_abs:.4g} (natural log; bound {tol.lse_abs:g}) "
+                            f"at {_fmt_where(worst)}: got {got:.6g}, expected {exp:.6g}{hint}")
+

@@ -1,0 +1,187 @@
+"""Reports of a `check` run: `parity.json` (versioned schema), `junit.xml`, `summary.md`, one
+`failures/<lowering>-<n>.json` per shrunk failure, and the terminal table. Every file is written
+atomically (a temporary file renamed into place), so a crash never leaves half a report.
+
+`parity.json` schema (version 1):
+
+    {"schema": "dflash-parity/report", "version": 1, "created": ISO-8601, "device": str,
+     "profile": str, "torch": str, "tolerances": path,
+     "lowerings": {NAME: {"status": "pass"|"fail"|"unavailable", "reason": str, "cases": int,
+        "passed": int, "unsupported": int, "calls_checked": int, "seconds": float,
+        "worst_margin": float, "worst_case": CASE|null, "worst_figures": {...},
+        "worst_ulp": float, "worst_ulp_case": CASE|null, "worst_rel_l2": float, "worst_rel_l2_case": CASE|null,
+        "compiles": {kernel: int}, "compile_families": int, "max_compiles": int|null,
+        "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
+        "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
+
+CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+import torch
+
+from parity.runner import LoweringReport, _jsonable
+
+SCHEMA = "dflash-parity/report"
+SCHEMA_VERSION = 1
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def example_line(case_json: dict[str, Any]) -> str:
+    """A ready `@example(...)` line that replays a case in a hypothesis test."""
+    return f"@example(case=Case.from_json_dict({json.dumps(case_json)}))"
+
+
+def failure_filename(lowering: str, n: int) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
+    return f"{safe}-{n}.json"
+
+
+def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": SCHEMA, "version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device, "profile": profile, "torch": torch.__version__, "tolerances": tolerances, "lowerings": {},
+    }
+    for r in reports:
+        fails = []
+        for n, f in enumerate(r.failures, 1):
+            cj = f.outcome.case.to_json_dict()
+            fails.append({"file": f"failures/{failure_filename(r.lowering, n)}", "shrunk": f.shrunk, "case": cj,
+                          "failures": f.outcome.failures, "example": example_line(cj)})
+        out["lowerings"][r.lowering] = _jsonable({
+            "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
+            "unsupported": r.unsupported, "calls_checked": r.calls_checked, "seconds": round(r.seconds, 3),
+            "worst_margin": r.worst_margin,
+            "worst_case": r.worst.case.to_json_dict() if r.worst else None,
+            "worst_figures": r.worst.main.figures if r.worst and r.worst.main else {},
+            "worst_ulp": r.worst_ulp, "worst_ulp_case": r.worst_ulp_case.to_json_dict() if r.worst_ulp_case else None,
+            "worst_rel_l2": r.worst_rel_l2,
+            "worst_rel_l2_case": r.worst_rel_l2_case.to_json_dict() if r.worst_rel_l2_case else None,
+            "compiles": dict(r.compiles), "compile_families": len(r.compile_families), "max_compiles": r.max_compiles,
+            "classes": r.classes, "notes": list(r.extra), "failures": fails,
+        })
+    return out
+
+
+def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
+                  tolerances: str) -> dict[str, Any]:
+    d = Path(report_dir)
+    data = to_json(reports, device=device, profile=profile, tolerances=tolerances)
+    for r in reports:
+        for n, f in enumerate(r.failures, 1):
+            payload = {"lowering": r.lowering, "device": device, "shrunk": f.shrunk,
+                       "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict()}
+            atomic_write(d / "failures" / failure_filename(r.lowering, n), json.dumps(payload, indent=2) + "\n")
+    atomic_write(d / "parity.json", json.dumps(data, indent=2) + "\n")
+    atomic_write(d / "junit.xml", junit_xml(data))
+    atomic_write(d / "summary.md", summary_md(data))
+    return data
+
+
+def junit_xml(data: dict[str, Any]) -> str:
+    lows = data["lowerings"]
+    n_fail = sum(1 for v in lows.values() if v["status"] == "fail")
+    n_skip = sum(1 for v in lows.values() if v["status"] == "unavailable")
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuite name="dflash-parity" tests="{len(lows)}" failures="{n_fail}" skipped="{n_skip}" errors="0">']
+    for name, v in lows.items():
+        attrs = f'classname="dflash-parity.{escape(data["device"])}" name={quoteattr(name)} time="{v["seconds"]}"'
+        if v["status"] == "fail":
+            msg = "; ".join(f for fl in v["failures"] for f in fl["failures"]) or "; ".join(v["notes"])
+            lines.append(f"  <testcase {attrs}><failure message={quoteattr(msg[:500])}>{escape(msg)}</failure></testcase>")
+        elif v["status"] == "unavailable":
+            lines.append(f"  <testcase {attrs}><skipped message={quoteattr(v['reason'])}/></testcase>")
+        else:
+            lines.append(f"  <testcase {attrs}/>")
+    lines.append("</testsuite>")
+    return "\n".join(lines) + "\n"
+
+
+def _short_case(cj: dict[str, Any] | None) -> str:
+    if not cj:
+        return "-"
+    w = cj["window"]
+    return (f"B={cj['batch_size']} L={cj['context_lens'][:4]}{'...' if len(cj['context_lens']) > 4 else ''} "
+            f"K={cj['block_size']} {cj['num_q_heads']}/{cj['num_kv_heads']} D={cj['head_dim']} "
+            f"{cj['dtype']}{'/' + cj['kv_dtype'] if cj['kv_dtype'] != cj['dtype'] else ''} w={tuple(w)}")
+
+
+def table_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = [["lowering", "status", "cases", "fail", "unsup", "worst ulp", "worst rel L2", "margin", "calls", "compiles"]]
+    for name, v in data["lowerings"].items():
+        if v["status"] == "unavailable":
+            rows.append([name, "unavailable", "-", "-", "-", "-", "-", "-", "-", "-"])
+            continue
+        comp = sum(v["compiles"].values())
+        rows.append([name, v["status"].upper() if v["status"] == "fail" else v["status"], str(v["cases"]),
+                     str(len(v["failures"])), str(v["unsupported"]), f"{v['worst_ulp']:.2f}",
+                     f"{v['worst_rel_l2']:.2e}", f"{v['worst_margin']:.2f}" if isinstance(v['worst_margin'], float) else str(v['worst_margin']),
+                     f"{v['calls_checked']} ok" if v["status"] == "pass" else str(v["calls_checked"]),
+                     f"{comp}/{v['max_compiles'] * max(1, v['compile_families'])}" if v["max_compiles"] else "-"])
+    return rows
+
+
+def format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for n, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def summary_md(data: dict[str, Any]) -> str:
+    lows = data["lowerings"]
+    failed = [n for n, v in lows.items() if v["status"] == "fail"]
+    head = "FAIL" if failed else "PASS"
+    lines = [f"# dflash-parity: {head}", "",
+             f"device `{data['device']}`, profile `{data['profile']}`, torch {data['torch']}, {data['created']}", ""]
+    rows = table_rows(data)
+    lines.append("| " + " | ".join(rows[0]) + " |")
+    lines.append("|" + "---|" * len(rows[0]))
+    for r in rows[1:]:
+        lines.append("| " + " | ".join(r) + " |")
+    lines.append("")
+    lines.append("margin = worst error as a fraction of its tolerance (1.0 = at the bound).")
+    lines.append("")
+    for name, v in lows.items():
+        if v["status"] == "unavailable":
+            lines.append(f"- `{name}`: not run here: {v['reason']}")
+    for name, v in lows.items():
+        if v["status"] == "pass" and v.get("worst_case"):
+            lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
+    for name in failed:
+        v = lows[name]
+        lines += ["", f"## `{name}` failed", ""]
+        for note in v["notes"]:
+            lines.append(f"- {note}")
+        for fl in v["failures"]:
+            lines.append(f"- shrunk case `{fl['file']}`: {_short_case(fl['case'])}")
+            for msg in fl["failures"]:
+                lines.append(f"  - {msg}")
+            lines.append(f"  - replay: `dflash-parity repro {fl['file']}`")
+            lines.append(f"  - `{fl['example'][:300]}{'...' if len(fl['example']) > 300 else ''}`")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,387 @@
+"""Run one case through one lowering and judge it; run a lowering over a hypothesis-drawn sweep.
+
+`run_case` is the unit: materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted) ->
+LSE converted at the adapter boundary -> judged (output, LSE, each partial, kernel calls, untouched
+inputs, determinism). `check_lowering` drives it with hypothesis, which shrinks a failure to the
+smallest case that still fails.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from lowerings import counters
+from lowerings.protocol import Lowering, LoweringResult, lse_to_natural
+from oracle import reference
+from oracle.case import Case
+from oracle.errors import InvalidInput
+from oracle.inputs import Inputs, materialize
+from parity.judge import Comparison, compare
+from parity.policy import Policy
+
+
+@dataclass
+class CaseOutcome:
+    """The verdict of one case: every figure, every failure message, the calls seen."""
+
+    lowering: str
+    case: Case
+    status: str  # "pass", "fail", "unsupported"
+    failures: list[str] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    expected_calls: dict[str, int] = field(default_factory=dict)
+    compiles: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status != "fail"
+
+    @property
+    def margin(self) -> float:
+        return max((c.margin for c in self.comparisons), default=0.0)
+
+    @property
+    def main(self) -> Comparison | None:
+        return self.comparisons[0] if self.comparisons else None
+
+    def figure(self, key: str, default: Any = None) -> Any:
+        return self.main.figures.get(key, default) if self.main else default
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lowering": self.lowering, "status": self.status, "case": self.case.to_json_dict(),
+                "failures": self.failures, "reason": self.reason, "margin": _finite(self.margin),
+                "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
+                "compiles": dict(self.compiles), "seconds": round(self.seconds, 4),
+                "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
+
+    def summary(self) -> str:
+        if self.status == "unsupported":
+            return f"unsupported: {self.reason}"
+        if self.status == "pass":
+            return f"pass (margin {self.margin:.2f} of tolerance)"
+        return "FAIL: " + "; ".join(self.failures)
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else "inf"
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float):
+        return _finite(x) if not math.isnan(x) else "nan"
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+class LoweringError(Exception):
+    """A lowering raised (or returned garbage) on a case it claims to support."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `run_case` checks besides the numbers."""
+
+    device: str = "cpu"
+    check_calls: bool = True
+    check_inputs_untouched: bool = True
+    check_determinism: bool = True
+    yardstick: bool = True
+    canary: str = "nan"
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A bit-exact view for comparisons where NaN must equal NaN."""
+    t = t.detach()
+    size = t.element_size()
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    return t.contiguous().view(as_int)
+
+
+def _block_slot_mask(case: Case, pool: torch.Tensor) -> torch.Tensor:
+    """Pool slots the lowering may write: the block's own slots, when it appends (dense storage)."""
+    if case.layout == "NHD":
+        mask = torch.zeros(pool.shape[:2], dtype=torch.bool)
+    else:
+        mask = torch.zeros((pool.shape[0], pool.shape[2]), dtype=torch.bool)
+    if case.block_storage == "dense":
+        for b, L in enumerate(case.context_lens):
+            for t in range(L, L + case.block_size):
+                mask[case.pages[b][t // case.page_size], t % case.page_size] = True
+    return mask
+
+
+def untouched_failures(case: Case, before: dict[str, torch.Tensor], inputs: Inputs) -> list[str]:
+    """Messages for every input the lowering changed outside the slots it may write."""
+    msgs = []
+    after = inputs.tensors()
+    for name, old in before.items():
+        new = after[name]
+        if name in ("k_pool", "v_pool"):
+            changed = (_bits(old) != _bits(new))
+            changed = changed.reshape(changed.shape[0], changed.shape[1], -1).any(-1) if case.layout == "NHD" else \
+                changed.any(-1).any(1)
+            allowed = _block_slot_mask(case, new).to(changed.device)
+            bad = changed & ~allowed
+            if bool(bad.any()):
+                page, slot = (int(x) for x in bad.nonzero()[0])
+                owner = next((b for b, row in enumerate(case.pages) if page in row), None)
+                who = f"request {owner}'s" if owner is not None else "a spare"
+                msgs.append(f"input mutated: {name} changed at {int(bad.sum())} slot(s) the lowering may not write; "
+                            f"first: page {page} slot {slot} ({who} page)")
+        elif old.shape != new.shape or not torch.equal(_bits(old), _bits(new)):
+            msgs.append(f"input mutated: {name} was changed by the lowering (inputs must stay as given)")
+    return msgs
+
+
+def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),
+             yardstick: Lowering | None = None) -> CaseOutcome:
+    """Run `case` through `lowering` and judge it (see module docstring)."""
+    t0 = time.perf_counter()
+    why = lowering.supports(case)
+    if why:
+        return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+    inputs = materialize(case, opts.device, canary=opts.canary)
+    tol = policy.for_lowering(lowering.name, case.dtype)
+    ref = reference.attention(inputs)
+    yard_out = None
+    if opts.yardstick and yardstick is not None:
+        yard_out = yardstick.run(inputs.clone()).out
+    outcome = CaseOutcome(lowering.name, case, "pass")
+    before = {k: v.clone() for k, v in inputs.tensors().items()} if opts.check_inputs_untouched else None
+    try:
+        result = _call(lowering, inputs, outcome)
+    except LoweringError as err:
+        outcome.status = "fail"
+        outcome.failures.append(str(err))
+        outcome.seconds = time.perf_counter() - t0
+        return outcome
+    comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out)
+    outcome.comparisons = comparisons
+    for c in comparisons:
+        outcome.failures.extend(c.failures)
+    if opts.check_calls:
+        outcome.expected_calls = dict(lowering.expected_calls(case))
+        msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
+        if msg:
+            outcome.failures.append(msg)
+    if before is not None:
+        outcome.failures.extend(untouched_failures(case, before, inputs))
+    if opts.check_determinism and lowering.deterministic and not outcome.failures:
+        again = materialize(case, opts.device, canary=opts.canary)
+        try:
+            second = _call(lowering, again, CaseOutcome(lowering.name, case, "pass"))
+        except LoweringError as err:
+            outcome.failures.append(f"second run: {err}")
+        else:
+            if not torch.equal(_bits(second.out), _bits(result.out)):
+                n = int((_bits(second.out) != _bits(result.out)).sum())
+                outcome.failures.append(f"nondeterministic: a second run on the same inputs changed {n} output element(s)")
+            elif result.lse is not None and second.lse is not None and not torch.equal(_bits(second.lse), _bits(result.lse)):
+                outcome.failures.append("nondeterministic: a second run on the same inputs changed the LSE")
+    if outcome.failures:
+        outcome.status = "fail"
+    outcome.seconds = time.perf_counter() - t0
+    return outcome
+
+
+def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
+    with counters.KernelCounter() as kc:
+        try:
+            result = lowering.run(inputs)
+        except InvalidInput as err:
+            raise LoweringError(f"{lowering.name} rejected a case its supports() accepts: {err}") from None
+        except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
+            tb = traceback.extract_tb(err.__traceback__)[-1]
+            raise LoweringError(f"{lowering.name} raised {type(err).__name__}: {err} "
+                                f"({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})") from None
+    outcome.calls = dict(kc.calls)
+    outcome.compiles = dict(kc.compiles)
+    if not isinstance(result, LoweringResult):
+        raise LoweringError(f"{lowering.name}.run returned {type(result).__name__}, expected LoweringResult")
+    c = inputs.case
+    if result.out.dtype != inputs.q.dtype:
+        raise LoweringError(f"{lowering.name}: output dtype {result.out.dtype}, expected the case's {inputs.q.dtype}")
+    return result
+
+
+def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: LoweringResult,
+                 ref: reference.OracleResult, tol, yard_out) -> list[Comparison]:
+    """The main comparison, then one per partial (each against the oracle over its own key subset)."""
+    lse_nat = lse_to_natural(result.lse.float(), lowering.lse_base) if result.lse is not None else None
+    comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
+                     yardstick_out=yard_out)]
+    for name, part in result.partials.items():
+        mask = part.key_mask
+        if part.future_block_keys_right is not None:
+            mask = reference.future_block_keys_mask(case, part.future_block_keys_right)
+        pref = reference.attention(inputs, window=part.window, key_mask=mask)
+        comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
+                             pref.out, pref.lse, dtype=case.dtype, tol=tol))
+    return comps
+
+
+def case_class(case: Case) -> str:
+    """The class a case belongs to in reports and the gate: dtype, KV dtype, layer kind, layout, storage."""
+    left, right = case.window
+    kind = {(-1, -1): "noncausal", (-1, 0): "causal"}.get((left, right))
+    if kind is None:
+        kind = "causal_swa" if right == 0 else "noncausal_swa"
+    return f"{case.dtype}/{case.kv_dtype}/{kind}/{case.layout}/{case.block_storage}"
+
+
+def compile_family(lowering: Lowering, case: Case) -> tuple:
+    """The shapes a lowering may compile once for: its own `compile_family(case)` if it has one, else
+    every field but the batch size, the lengths, the pages and the seed (which must never recompile)."""
+    fam = getattr(lowering, "compile_family", None)
+    if callable(fam):
+        return tuple(fam(case))
+    return (case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.page_size, case.layout,
+            case.window, case.softmax_scale, case.dtype, case.kv_dtype, case.block_storage, case.page_table_dtype)
+
+
+@dataclass
+class Failure:
+    """A shrunk failing case with its outcome."""
+
+    outcome: CaseOutcome
+    shrunk: bool
+
+
+@dataclass
+class LoweringReport:
+    """Everything `check` learned about one lowering."""
+
+    lowering: str
+    device: str
+    status: str  # "pass", "fail", "unavailable"
+    reason: str = ""
+    cases: int = 0
+    passed: int = 0
+    unsupported: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    worst: CaseOutcome | None = None
+    worst_ulp: float = 0.0
+    worst_ulp_case: Case | None = None
+    worst_rel_l2: float = 0.0
+    worst_rel_l2_case: Case | None = None
+    calls_checked: int = 0
+    compiles: dict[str, int] = field(default_factory=dict)
+    compile_families: set = field(default_factory=set)
+    classes: dict[str, dict[str, int]] = field(default_factory=dict)
+    max_compiles: int | None = None
+    seconds: float = 0.0
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def worst_margin(self) -> float:
+        return self.worst.margin if self.worst else 0.0
+
+    def absorb(self, out: CaseOutcome, family: tuple | None = None) -> None:
+        self.cases += 1
+        if out.status == "unsupported":
+            self.unsupported += 1
+            return
+        if family is not None:
+            self.compile_families.add(family)
+        cls = self.classes.setdefault(case_class(out.case), {"cases": 0, "failed": 0})
+        cls["cases"] += 1
+        cls["failed"] += out.status == "fail"
+        for k, v in out.compiles.items():
+            self.compiles[k] = self.compiles.get(k, 0) + v
+        if out.expected_calls:
+            self.calls_checked += 1
+        if out.status != "pass":
+            return
+        self.passed += 1
+        if self.worst is None or out.margin > self.worst.margin:
+            self.worst = out
+        u, r = out.figure("out_ulp", 0.0), out.figure("out_rel_l2", 0.0)
+        if u is not None and u >= self.worst_ulp:
+            self.worst_ulp, self.worst_ulp_case = u, out.case
+        if r is not None and r >= self.worst_rel_l2:
+            self.worst_rel_l2, self.worst_rel_l2_case = r, out.case
+
+
+def compile_budget_message(lowering: Lowering, report: LoweringReport) -> str | None:
+    """A message when the run compiled more than `max_compiles` per shape family it saw."""
+    total = sum(report.compiles.values())
+    if lowering.max_compiles is None:
+        return None
+    bound = lowering.max_compiles * max(1, len(report.compile_families))
+    if total <= bound:
+        return None
+    return (f"compiled {total} times over {len(report.compile_families)} shape families ({dict(report.compiles)}); "
+            f"bound {lowering.max_compiles} per family = {bound}: a kernel recompiles for a value it must take at "
+            f"run time (batch size, lengths, split count)")
+
+
+class _CaseFailed(Exception):
+    def __init__(self, outcome: CaseOutcome):
+        super().__init__(outcome.summary())
+        self.outcome = outcome
+
+
+def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
+                   yardstick: Lowering | None = None, replay: list[Case] = (),
+                   progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
+                   target: bool = False, seed: int | None = None) -> LoweringReport:
+    """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded."""
+    from hypothesis import given, target as hyp_target
+
+    t0 = time.perf_counter()
+    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
+    ok, why = lowering.available(opts.device)
+    if not ok:
+        report.status, report.reason = "unavailable", why
+        return report
+    for case in replay:
+        out = run_case(lowering, case, policy, opts, yardstick)
+        report.absorb(out, compile_family(lowering, case))
+        if progress:
+            progress(report, out)
+        if out.status == "fail":
+            report.failures.append(Failure(out, shrunk=False))
+    if report.failures:
+        report.status = "fail"
+        report.extra.append("a saved failure still fails; fix it before new cases are drawn")
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    @settings
+    @given(case=strategy)
+    def prop(case: Case) -> None:
+        out = run_case(lowering, case, policy, opts, yardstick)
+        report.absorb(out, compile_family(lowering, case))
+        if progress:
+            progress(report, out)
+        if target and out.status == "pass":
+            hyp_target(float(out.figure("out_ulp", 0.0) or 0.0), label="out_ulp")
+        if out.status == "fail":
+            raise _CaseFailed(out)
+
+    if seed is not None:
+        from hypothesis import seed as hyp_seed
+        prop = hyp_seed(seed)(prop)
+    try:
+        prop()
+    except _CaseFailed as err:
+        report.failures.append(Failure(err.outcome, shrunk=True))
+    msg = compile_budget_message(lowering, report)
+    if msg:
+        report.extra.append(msg)
+    if report.failures or report.extra:
+        report.status = "fail"
+    report.seconds = time.perf_counter() - t0
+    return report

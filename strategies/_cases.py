@@ -1,0 +1,183 @@
+"""Hypothesis strategies for cases. They return `Case` specs, never tensors, so shrinking works on a
+small spec and a failure replays from its JSON alone.
+
+Every field is drawn boundary-first (`sampled_from` lists the boundary values first, and hypothesis
+shrinks towards the start of the list), so a shrunk failure lands on a meaningful minimal case: batch
+1, K 1, context 0 or a page boundary, the smallest window that still fails. A lowering's `supports()`
+shapes the draw: fields it cannot express are repaired to a supported alternative before the case is
+built, instead of rejecting most examples.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from oracle.case import Case, pages_needed, window_for
+
+BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
+GROUPS = (1, 2, 4, 3, 5, 6, 8)
+KV_HEADS = (1, 2, 3)
+HEAD_DIMS = (64, 128)
+PAGE_SIZES = (16, 1, 4, 32, 64, 2, 3)  # 3: not a power of two (lowerings that need one must say so)
+FP8_SCALES = (0.5, 2.0, 0.25, 4.0)
+DISPATCH_THRESHOLD = 32
+WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow)."""
+
+    max_batch: int = 33
+    max_context: int = 300
+    max_kv_heads: int = 3
+    max_group: int = 8
+    max_block: int = 16
+    head_dims: tuple[int, ...] = HEAD_DIMS
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"Limits.{name}: a positive integer, got {v!r}")
+        if not isinstance(self.max_context, int) or self.max_context < 0:
+            raise ValueError(f"Limits.max_context: an integer >= 0, got {self.max_context!r}")
+
+
+def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
+    """1 first, then the dispatch threshold and +1, the lowering's maximum, then anything."""
+    special = [b for b in (1, 2, DISPATCH_THRESHOLD, DISPATCH_THRESHOLD + 1, limits.max_batch, 3, 5) if b <= limits.max_batch]
+    return st.one_of(st.sampled_from(list(dict.fromkeys(special))), st.integers(1, limits.max_batch))
+
+
+def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
+    """0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the window +-1, a long tail."""
+    ps = page_size
+    special = [0, 1, ps - 1, ps, ps + 1, 2 * ps, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049]
+    if window:
+        special += [window - 1, window, window + 1]
+    special = [x for x in dict.fromkeys(special) if 0 <= x <= limits.max_context]
+    tail = st.integers(0, limits.max_context)
+    return st.one_of(st.sampled_from(special), tail)
+
+
+def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
+    """(kind, W): W in {1, 2, K-1, K, K+1} first, then larger (beyond the context too)."""
+    ws = [w for w in dict.fromkeys((1, 2, block_size - 1, block_size, block_size + 1)) if w >= 1]
+    width = st.one_of(st.sampled_from(ws), st.integers(1, 64), st.integers(65, 4096))
+    return st.one_of(st.just(("noncausal", None)),
+                     st.tuples(st.sampled_from(("noncausal_swa", "causal", "causal_swa")), width))
+
+
+def build_case(p: dict[str, Any]) -> Case:
+    """A `Case` from drawn primitive parameters (pages permuted by `p['perm_seed']`)."""
+    kind, width = p["window"]
+    window = window_for(kind, width) if kind != "causal" else window_for("causal")
+    ps, K = p["page_size"], p["block_size"]
+    need = [pages_needed(L, K, ps) for L in p["context_lens"]]
+    extra = [p["extra_pages"] if b == 0 else 0 for b in range(len(need))]
+    num_pages = sum(need) + sum(extra) + p["spare_pages"]
+    ids = list(range(num_pages))
+    if p["perm_seed"]:
+        random.Random(p["perm_seed"]).shuffle(ids)
+    pages, at = [], 0
+    for n, e in zip(need, extra):
+        pages.append(tuple(ids[at: at + n + e]))
+        at += n + e
+    fp8 = p["kv_dtype"] == "float8_e4m3fn"
+    return Case(
+        context_lens=tuple(p["context_lens"]), block_size=K, num_q_heads=p["num_kv_heads"] * p["group"],
+        num_kv_heads=p["num_kv_heads"], head_dim=p["head_dim"], page_size=ps, pages=tuple(pages),
+        num_pages=num_pages, layout=p["layout"], window=window, scale=p["scale"], dtype=p["dtype"],
+        kv_dtype=p["kv_dtype"] if fp8 else p["dtype"], k_scale=p["k_scale"] if fp8 else 1.0,
+        v_scale=p["v_scale"] if fp8 else 1.0, block_storage=p["block_storage"],
+        page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"])
+
+
+# Alternatives tried, in order, when a lowering does not support a drawn value.
+_REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("window", (("noncausal", None), ("causal", None))),
+    ("layout", ("NHD", "HND")),
+    ("page_size", (16, 32, 1, 4, 64)),
+    ("head_dim", HEAD_DIMS),
+    ("kv_dtype", ("same",)),
+    ("block_storage", ("dense", "appended")),
+    ("dtype", ("bfloat16", "float16")),
+)
+
+
+def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
+    case = build_case(p)
+    if lowering is None or lowering.supports(case) is None:
+        return case
+    for key, alternatives in _REPAIRS:
+        for alt in alternatives:
+            q = dict(p, **{key: alt})
+            cand = build_case(q)
+            if lowering.supports(cand) is None:
+                return cand
+    # Two fields at once (e.g. window and page size) as a last resort.
+    for key1, alts1 in _REPAIRS:
+        for key2, alts2 in _REPAIRS:
+            if key2 <= key1:
+                continue
+            for a1 in alts1:
+                for a2 in alts2:
+                    cand = build_case(dict(p, **{key1: a1, key2: a2}))
+                    if lowering.supports(cand) is None:
+                        return cand
+    return None
+
+
+@st.composite
+def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict[str, Any]:
+    def pick(name: str, strategy: st.SearchStrategy) -> Any:
+        return fixed[name] if name in fixed else draw(strategy)
+
+    B = pick("batch_size", batch_sizes(limits))
+    K = pick("block_size", st.sampled_from([k for k in BLOCK_SIZES if k <= limits.max_block]))
+    hkv = pick("num_kv_heads", st.sampled_from([h for h in KV_HEADS if h <= limits.max_kv_heads]))
+    g = pick("group", st.sampled_from([x for x in GROUPS if x <= limits.max_group]))
+    D = pick("head_dim", st.sampled_from(limits.head_dims))
+    ps = pick("page_size", st.sampled_from(PAGE_SIZES))
+    window = pick("window", windows(K))
+    width = window[1]
+    lens = fixed.get("context_lens") or [draw(context_length(ps, width, limits)) for _ in range(B)]
+    dtype = pick("dtype", st.sampled_from(("bfloat16", "float16")))
+    kv = pick("kv_dtype", st.sampled_from(("same", "float8_e4m3fn")))
+    return {
+        "context_lens": lens, "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
+        "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
+        "k_scale": pick("k_scale", st.sampled_from(FP8_SCALES)), "v_scale": pick("v_scale", st.sampled_from(FP8_SCALES)),
+        "scale": pick("scale", st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0)))),
+        "layout": pick("layout", st.sampled_from(("NHD", "HND"))),
+        "block_storage": pick("block_storage", st.sampled_from(("dense", "appended"))),
+        "page_table_dtype": pick("page_table_dtype", st.sampled_from(("int32", "int64"))),
+        "page_table_pad": pick("page_table_pad", st.sampled_from((0, 3))),
+        "spare_pages": pick("spare_pages", st.integers(1, 3)),
+        "extra_pages": pick("extra_pages", st.integers(0, 1)),
+        "perm_seed": pick("perm_seed", st.integers(0, 2**16)),
+        "seed": pick("seed", st.integers(0, 2**16)),
+    }
+
+
+def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -> st.SearchStrategy[Case]:
+    """Valid cases (that `lowering` supports, when given), boundary values first.
+
+    `limits` bounds the shapes (default: the lowering's `case_limits(device)` if it has one, else
+    `Limits()`); keyword arguments fix fields (`block_size=7`, `window=("causal", None)`,
+    `context_lens=[0, 17]`, `batch_size=32`, ...).
+    """
+    lim = limits or Limits()
+    unknown = set(fixed) - {"batch_size", "block_size", "num_kv_heads", "group", "head_dim", "page_size", "window",
+                            "context_lens", "dtype", "kv_dtype", "k_scale", "v_scale", "scale", "layout",
+                            "block_storage", "page_table_dtype", "page_table_pad", "spare_pages", "extra_pages",
+                            "perm_seed", "seed"}
+    if unknown:
+        raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
+
+    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering)).filter(lambda c: c is not None)

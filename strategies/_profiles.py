@@ -1,0 +1,58 @@
+"""Hypothesis profiles of dflash-parity, by name: `dev`, `ci`, `gpu`, `nightly`.
+
+- `dev`: quick local runs, random, the local example database.
+- `ci`: derandomized (the same cases every run), no deadline, no database: CI is deterministic.
+- `gpu`: more cases per lowering on a GPU runner, derandomized.
+- `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, Phase, settings
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    max_examples: int
+    derandomize: bool
+    target: bool
+    description: str
+
+
+PROFILES = {
+    "dev": Profile("dev", 40, False, False, "quick local runs, random draws"),
+    "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database"),
+    "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized"),
+    "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error"),
+}
+
+
+def profile_settings(name: str, *, max_examples: int | None = None, seed: int | None = None,
+                     database: str | None = None) -> settings:
+    """hypothesis `settings` for a named profile; `max_examples`, `seed` and `database` override it."""
+    if name not in PROFILES:
+        raise ValueError(f"--profile: one of {', '.join(PROFILES)}, got {name!r}")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise ValueError(f"--max-examples: a positive integer, got {max_examples!r}")
+    prof = PROFILES[name]
+    db = None
+    if database:
+        from hypothesis.database import DirectoryBasedExampleDatabase
+        db = DirectoryBasedExampleDatabase(database)
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+    if prof.target:
+        phases.insert(3, Phase.target)
+    return settings(
+        max_examples=max_examples or prof.max_examples,
+        derandomize=prof.derandomize and seed is None,
+        deadline=None,
+        database=db,
+        phases=phases,
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                               HealthCheck.differing_executors],
+        print_blob=False,
+    )
