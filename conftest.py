@@ -19,3 +19,11 @@ except Exception:  # pragma: no cover
     _installed = False
 if not _installed:
     pytest_plugins = ["parity.pytest_plugin"]
+
+
+def pytest_configure(config):
+    # Under pytest-xdist each worker gets one intra-op thread: two workers on two cores, no oversubscription.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)

@@ -55,6 +55,7 @@ import triton.language as tl  # noqa: E402
 __all__ = [
     "HybridWorkspace",
     "alloc_workspace",
+    "ctas_per_sm",
     "default_num_splits",
     "hybrid_paged_attention",
     "padded_rows",
@@ -72,7 +73,8 @@ LAUNCH_MERGE = "hybrid_paged_merge_splits"
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_SPLITS = 32  # upper bound of the default heuristic (a caller may pass more explicitly)
-MIN_TILES_PER_SPLIT = 4  # heuristic: a split should stream at least this many context tiles
+MERGE_BLOCK_R = 16  # query rows per program of the split-merge kernel
+MIN_TILES_PER_SPLIT = 8  # heuristic: a split should stream at least this many context tiles
 _DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device can be queried
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -385,7 +387,13 @@ def row_block_size(r_pad: int, head_dim: int) -> int:
 
 
 def _block_n(block_r: int, head_dim: int) -> int:
-    return 128 if (block_r <= 64 and head_dim <= 128) else 64
+    # 64-token tiles measured best on an H200 for both paths (bf16, D = 128; R_PAD 16..128).
+    return 64
+
+
+def ctas_per_sm(block_r: int) -> int:
+    """Programs of the context kernels that the split heuristic aims to run per SM at once."""
+    return 2 if block_r <= 64 else 1  # 4-warp programs pair up on an SM; 8-warp ones (BLOCK_R 128) do not
 
 
 def _num_sms(device: torch.device | None) -> int:
@@ -404,29 +412,35 @@ def _sm_count_cached(index: int) -> int:
 
 
 def default_num_splits(batch: int, num_kv_heads: int, max_ctx_hint: int, *, num_sms: int | None = None,
-                       row_blocks: int = 1, block_n: int = 128, device: torch.device | None = None) -> int:
+                       row_blocks: int = 1, block_n: int = 64, ctas_per_sm: int = 2,
+                       device: torch.device | None = None) -> int:
     """Split count for the context, from host-side sizes only (never reads device lengths).
 
-    ``programs = batch * num_kv_heads * row_blocks`` programs exist per split. When they already fill
-    the GPU (``programs >= num_sms``) the answer is 1 (single pass, no workspace). Otherwise enough
-    splits to give every SM one program, ``ceil(num_sms / programs)``, capped by ``MAX_SPLITS`` and by
-    the capacity hint so that each split can stream at least ``MIN_TILES_PER_SPLIT`` tiles of
-    ``block_n`` tokens: ``ceil(max_ctx_hint / (block_n * MIN_TILES_PER_SPLIT))``.
+    ``programs = batch * num_kv_heads * row_blocks`` programs exist per split, and the GPU runs about
+    ``target = ctas_per_sm * num_sms`` of them at once. The answer is
+    ``min(target // programs, MAX_SPLITS, ceil(max_ctx_hint / (block_n * MIN_TILES_PER_SPLIT)))``,
+    and 1 (single pass, no workspace, one launch) whenever that is below 2, i.e. when the batch alone
+    fills the GPU or the capacity is too short to be worth splitting.
+
+    Measured on an H200 (132 SMs, L = 8192, D = 128, bf16; CUDA graphs), the best split counts were
+    16 / 16 / 8 / 4 / 2 / 1-2 for ``programs`` = 4 / 16 / 32 / 64 / 128 / 256 with 4-warp programs
+    (``ctas_per_sm = 2``), and 16 / 16 / 4 / 1-2 for 1 / 8 / 32 / 128 programs of 8 warps
+    (``ctas_per_sm = 1``): this rule picks those.
 
     ``max_ctx_hint`` is a capacity, not a length: use ``page_table.shape[1] * page_size`` (what the
     launcher does) or the engine's maximum sequence length. ``num_sms`` defaults to the current CUDA
-    device's SM count (132 on an H200; 132 is also used when there is no CUDA device).
+    device's SM count (132 when there is no CUDA device). Floor division keeps the grid inside one
+    "wave" (a ceil would add a nearly empty second wave).
     """
     if batch < 1 or num_kv_heads < 1:
         raise ValueError(f"batch and num_kv_heads must be >= 1, got {batch} and {num_kv_heads}")
     sms = int(num_sms) if num_sms is not None else _num_sms(device if device is not None else (
         torch.device("cuda") if torch.cuda.is_available() else None))
     programs = batch * num_kv_heads * max(1, row_blocks)
-    if programs >= sms:
-        return 1
-    splits = -(-sms // programs)
+    splits = (max(1, ctas_per_sm) * sms) // programs
     by_capacity = max(1, -(-int(max_ctx_hint) // (block_n * MIN_TILES_PER_SPLIT)))
-    return max(1, min(splits, MAX_SPLITS, by_capacity))
+    splits = min(splits, MAX_SPLITS, by_capacity)
+    return splits if splits >= 2 else 1
 
 
 @dataclass
@@ -563,6 +577,8 @@ def hybrid_paged_attention(
     workspace: HybridWorkspace | None = None,
     launches: list | None = None,
     block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-causal attention of a draft block over its paged context plus its own dense keys.
 
@@ -592,8 +608,8 @@ def hybrid_paged_attention(
             Without it the split path allocates a fresh one per call.
         launches: optional list; the names of the kernels launched are appended in order
             (``"hybrid_paged_single"``, or ``"hybrid_paged_split"`` then ``"hybrid_paged_merge_splits"``).
-        block_n: context tile size override (power of two >= 16); default 128 (64 for large row
-            blocks or ``D > 128``).
+        block_n: context tile size override (power of two >= 16); default 64.
+        num_warps, num_stages: launch-config overrides for the context kernels (tuning only).
 
     Returns:
         ``(O, LSE)``: ``O`` ``[B, K, Hq, D]`` in ``q``'s dtype and ``LSE`` ``[B, K, Hq]`` float32 in
@@ -688,7 +704,7 @@ def hybrid_paged_attention(
 
     if num_splits is None:
         num_splits = default_num_splits(B, Hkv, max_ctx, row_blocks=n_row_blocks, block_n=block_n,
-                                        device=device)
+                                        ctas_per_sm=ctas_per_sm(block_r), device=device)
         if workspace is not None:
             num_splits = min(num_splits, workspace.max_splits)
     if workspace is not None and num_splits > 1:
@@ -704,7 +720,9 @@ def hybrid_paged_attention(
 
     qk2_ctx = scale * k_scale * _LOG2E
     qk2_blk = scale * _LOG2E
-    num_warps = 4 if block_r <= 64 else 8
+    if num_warps is None:
+        num_warps = 4 if block_r <= 64 else 8
+    extra = {} if num_stages is None else {"num_stages": int(num_stages)}
     programs = B * Hkv * n_row_blocks
     common_q = (q.stride(0), q.stride(1), q.stride(2), q.stride(3))
     pool_strides = (k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), k_pool.stride(3),
@@ -722,7 +740,7 @@ def hybrid_paged_attention(
             qk2_ctx, qk2_blk, v_scale,
             *common_q, *pool_strides, *pt_strides, *blk_strides, *out_strides,
             PAGE_SIZE=page_size, BLOCK_N=block_n, BLOCK_R=block_r, KB_PAD=kb_pad, D=D, UPCAST=upcast,
-            num_warps=num_warps,
+            num_warps=num_warps, **extra,
         )
         if launches is not None:
             launches.append(LAUNCH_SINGLE)
@@ -742,17 +760,21 @@ def hybrid_paged_attention(
         qk2_ctx, v_scale,
         *common_q, *pool_strides, *pt_strides, *ws_strides,
         PAGE_SIZE=page_size, BLOCK_N=block_n, BLOCK_R=block_r, D=D, UPCAST=upcast,
-        num_warps=num_warps,
+        num_warps=num_warps, **extra,
     )
     if launches is not None:
         launches.append(LAUNCH_SPLIT)
-    _hybrid_merge_splits_kernel[(programs,)](
+    # The merge reads num_splits partials per row: give it small row blocks (more programs) so that
+    # its serial loop over the splits is spread over the GPU even at batch 1.
+    merge_block_r = min(r_pad, MERGE_BLOCK_R)
+    merge_row_blocks = r_pad // merge_block_r
+    _hybrid_merge_splits_kernel[(B * Hkv * merge_row_blocks,)](
         q, k_block, v_block, ws.acc, ws.m, ws.l, out, lse_out,
-        Hkv, G, R, K, n_row_blocks, num_splits,
+        Hkv, G, R, K, merge_row_blocks, num_splits,
         qk2_blk,
         *common_q, *blk_strides, *ws_strides, *out_strides,
-        BLOCK_R=block_r, KB_PAD=kb_pad, D=D, UPCAST=upcast,
-        num_warps=num_warps,
+        BLOCK_R=merge_block_r, KB_PAD=kb_pad, D=D, UPCAST=upcast,
+        num_warps=4,
     )
     if launches is not None:
         launches.append(LAUNCH_MERGE)

@@ -97,7 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from oracle.errors import InvalidInput
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2, message already printed)
+        return int(exit_.code or 0)
     try:
         return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate}[args.verb](args)
     except InvalidInput as err:

@@ -184,8 +184,8 @@ def test_single_vs_split_agree():
         assert (L1 - L2).abs().max().item() < 1e-5
 
 
-def test_interpreter_or_gpu_tile_128_default():
-    # The default tile (128 here) and splits chosen by the heuristic.
+def test_default_tile_and_splits():
+    # The default tile and the split count chosen by the heuristic.
     c = Case(1, 3, 4, 2, 64, 16, [150], seed=4)
     launches = []
     O, LSE = c.run(launches=launches)
@@ -311,15 +311,21 @@ def test_workspace_reuse_across_batch_and_splits():
 def test_default_num_splits_heuristic():
     # Large batches fill the GPU: single pass.
     assert hk.default_num_splits(64, 4, 8192, num_sms=132) == 1
-    assert hk.default_num_splits(33, 4, 8192, num_sms=132) == 1
-    # Small batch: split, bounded by MAX_SPLITS and by the capacity.
-    s = hk.default_num_splits(1, 4, 8192, num_sms=132)
-    assert 1 < s <= hk.MAX_SPLITS
-    assert hk.default_num_splits(1, 4, 256, num_sms=132, block_n=128) == 1  # 2 tiles: no split
+    assert hk.default_num_splits(128, 1, 8192, num_sms=132, ctas_per_sm=1) == 1
+    # Small batches split (values measured best on an H200, see the docstring).
+    assert hk.default_num_splits(1, 4, 8192, num_sms=132) == 16
+    assert hk.default_num_splits(8, 4, 8192, num_sms=132) == 8
+    assert hk.default_num_splits(16, 4, 8192, num_sms=132) == 4
+    assert hk.default_num_splits(32, 4, 8192, num_sms=132) == 2
+    assert hk.default_num_splits(32, 1, 8192, num_sms=132, ctas_per_sm=1) == 4
+    # bounded by MAX_SPLITS and by the capacity
     assert hk.default_num_splits(1, 1, 10**6, num_sms=132) == hk.MAX_SPLITS
-    # Monotone non-increasing in the batch.
-    vals = [hk.default_num_splits(b, 2, 32768, num_sms=132) for b in range(1, 80)]
-    assert all(a >= b for a, b in zip(vals, vals[1:]))
+    assert hk.default_num_splits(1, 4, 256, num_sms=132, block_n=64) == 1  # 4 tiles: no split
+    # monotone non-increasing in the batch
+    vals = [hk.default_num_splits(b, 2, 32768, num_sms=132) for b in range(1, 200)]
+    assert all(a >= b for a, b in zip(vals, vals[1:])) and vals[-1] == 1
+    with pytest.raises(ValueError):
+        hk.default_num_splits(0, 4, 8192)
 
 
 def test_num_splits_is_a_runtime_argument():
@@ -439,7 +445,8 @@ def test_gpu_production_shapes(K, Hq, Hkv, D, ps):
 
 @gpu_only
 def test_gpu_cuda_graph_replay_with_new_lengths():
-    c = Case(2, 6, 8, 2, 128, 16, [300, 200], seed=21, extra_pages=40, max_pages=40)
+    # pages for 300 tokens per request; the replays rewrite the lengths inside that capacity
+    c = Case(2, 6, 8, 2, 128, 16, [300, 300], seed=21, extra_pages=40, max_pages=40)
     ws = hk.alloc_workspace(2, 2, 8, hk.padded_rows(6, 4), 128, DEVICE)
     out = torch.empty_like(c.q)
     lse = torch.empty(2, 6, 8, dtype=torch.float32, device=DEVICE)
@@ -458,8 +465,8 @@ def test_gpu_cuda_graph_replay_with_new_lengths():
             eager = c.run(num_splits=ns)
             assert torch.equal(out, eager[0]) and torch.equal(lse, eager[1])
             assert_close(out, lse, *c.ref())
-        c.ctx_len.copy_(torch.tensor([300, 200], dtype=torch.int32))
-        c.lens = [300, 200]
+        c.ctx_len.copy_(torch.tensor([300, 300], dtype=torch.int32))
+        c.lens = [300, 300]
 
 
 @gpu_only

@@ -47,10 +47,11 @@ def sees(p: int, t: int, L: int, K: int, left: int, right: int) -> bool:
     return True
 
 
-def naive_attention(inputs, window=None, key_mask=None):
+def naive_attention(inputs, window=None, key_mask=None, *, with_max_score=False):
     """`(out, lse)` as fp64 CPU tensors `[B, K, Hq, D]`, `[B, K, Hq]` (natural log).
 
     `key_mask`: optional boolean `[B, K, Hq or 1, T]` over absolute positions `T = max_b L_b + K`.
+    `with_max_score`: also return the largest |score| of any visible key (sizes fp32 rounding error).
     """
     case = inputs.case
     B, K, Hq, Hkv, D = case.batch_size, case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim
@@ -70,6 +71,7 @@ def naive_attention(inputs, window=None, key_mask=None):
 
     out = [[[[0.0] * D for _ in range(Hq)] for _ in range(K)] for _ in range(B)]
     lse = [[[-math.inf] * Hq for _ in range(K)] for _ in range(B)]
+    max_score = 0.0
 
     for b in range(B):
         L = case.context_lens[b]
@@ -105,10 +107,12 @@ def naive_attention(inputs, window=None, key_mask=None):
                 if not scores:
                     continue  # empty row: O = 0, LSE = -inf
                 m = max(scores)
+                max_score = max(max_score, max(abs(x) for x in scores))
                 w = [math.exp(s - m) for s in scores]
                 z = math.fsum(w)
                 lse[b][i][h] = m + math.log(z)
                 out[b][i][h] = [math.fsum(w[n] * values[n][d] for n in range(len(w))) / z for d in range(D)]
 
-    return (torch.tensor(out, dtype=torch.float64).reshape(B, K, Hq, D),
-            torch.tensor(lse, dtype=torch.float64).reshape(B, K, Hq))
+    result = (torch.tensor(out, dtype=torch.float64).reshape(B, K, Hq, D),
+              torch.tensor(lse, dtype=torch.float64).reshape(B, K, Hq))
+    return result + (max_score,) if with_max_score else result

@@ -1,7 +1,11 @@
 """The oracle agrees with an independent naive fp64 implementation (tests/oracle/naive.py).
 
 - fp64 oracle vs naive: <= 1e-12 absolute on O and LSE.
-- fp32 oracle vs naive: max |O - O_naive| <= 1e-6 * max |O_naive|; |LSE - LSE_naive| <= 1e-5.
+- fp32 oracle vs naive: max |O - O_naive| <= 1e-6 * max |O_naive|; |LSE - LSE_naive| <= 1e-5, both
+  scaled by max(1, S / 8) where S is the largest |score| of the row set. Why: fp32 rounds a score s
+  by ~2^-24 |s| and exp() turns that into a relative weight error of the same size, so the error grows
+  with |s|. At the default scale these inputs have S <= ~8 (bound exactly 1e-6); the drawn scale 1.0
+  with D = 64 gives S ~ 30 (measured 9.5e-7 of max |O| there, 2.1e-7 at S <= 8).
 - Over the full problem, over random key subsets, over the later block keys (part B of the windowed
   merge), under a window override, and over key subsets with empty rows (O = 0, LSE = -inf, no NaN).
 """
@@ -14,19 +18,21 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naive import naive_attention
-from oracle import attention, future_block_keys_mask, materialize
+from naive import naive_attention, sees
+from oracle import attention, future_block_keys_mask, materialize, visible
 from oracle_cases import cases, windows
 
 FP64_ABS = 1e-12
 FP32_REL = 1e-6   # of max |O_naive|
 FP32_LSE_ABS = 1e-5
+SCORE_REF = 8.0   # |score| up to which the fp32 bounds above apply unscaled
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=40, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # Largest errors seen over the whole module (reported by test_zz_report_worst_fp32_error).
-WORST = {"fp32_rel_out": 0.0, "fp32_abs_lse": 0.0, "fp64_abs_out": 0.0, "fp64_abs_lse": 0.0}
+WORST = {"fp32_worst_case": "", "fp32_rel_out": 0.0, "fp32_rel_out_at_scores_le_8": 0.0, "fp32_abs_lse": 0.0,
+         "fp32_bound_used": 0.0, "fp64_abs_out": 0.0, "fp64_abs_lse": 0.0}
 
 
 def _lse_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -40,7 +46,7 @@ def _lse_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _check(inputs, window=None, key_mask=None, chunk=2048):
-    ref_out, ref_lse = naive_attention(inputs, window=window, key_mask=key_mask)
+    ref_out, ref_lse, s_max = naive_attention(inputs, window=window, key_mask=key_mask, with_max_score=True)
     where = inputs.case.short() + f" window_override={window} mask={'yes' if key_mask is not None else 'no'} chunk={chunk}"
 
     r64 = attention(inputs, window=window, key_mask=key_mask, precision=torch.float64, chunk=chunk)
@@ -61,11 +67,17 @@ def _check(inputs, window=None, key_mask=None, chunk=2048):
     e32 = (r32.out.double() - ref_out).abs().max().item()
     rel = e32 / max_ref if max_ref > 0 else e32
     e32_lse = _lse_diff(r32.lse, ref_lse)
-    WORST["fp32_rel_out"] = max(WORST["fp32_rel_out"], rel)
+    growth = max(1.0, s_max / SCORE_REF)
+    if rel > WORST["fp32_rel_out"]:
+        WORST["fp32_rel_out"], WORST["fp32_bound_used"] = rel, FP32_REL * growth
+        WORST["fp32_worst_case"] = where + f" scale={inputs.case.softmax_scale:.4g} max|s|={s_max:.3g}"
+    if s_max <= SCORE_REF:
+        WORST["fp32_rel_out_at_scores_le_8"] = max(WORST["fp32_rel_out_at_scores_le_8"], rel)
     WORST["fp32_abs_lse"] = max(WORST["fp32_abs_lse"], e32_lse)
-    assert rel <= FP32_REL, (f"fp32 out error {e32:.3e} = {rel:.3e} of max|O|={max_ref:.3e} > {FP32_REL}; "
-                             f"worst so far {WORST} ({where})")
-    assert e32_lse <= FP32_LSE_ABS, f"fp32 lse error {e32_lse:.3e} > {FP32_LSE_ABS}; worst so far {WORST} ({where})"
+    assert rel <= FP32_REL * growth, (f"fp32 out error {e32:.3e} = {rel:.3e} of max|O|={max_ref:.3e} > "
+                                      f"{FP32_REL * growth:.3e} (max|s|={s_max:.3g}); worst so far {WORST} ({where})")
+    assert e32_lse <= FP32_LSE_ABS * growth, (f"fp32 lse error {e32_lse:.3e} > {FP32_LSE_ABS * growth:.3e} "
+                                              f"(max|s|={s_max:.3g}); worst so far {WORST} ({where})")
 
     # Empty rows (no visible key): exactly O = 0 and LSE = -inf in both precisions.
     empty = torch.isinf(ref_lse)
@@ -129,6 +141,27 @@ def test_empty_rows_are_zero_and_minus_inf(case, data):
         assert not torch.isnan(r.out).any() and not torch.isnan(r.lse).any()
 
 
+@settings(derandomize=True, deadline=None, max_examples=60, database=None)
+@given(case=cases(), data=st.data())
+def test_visible_matches_literal_rule(case, data):
+    """`visible()` is SEMANTICS.md section 2 written out; `future_block_keys_mask` is part B of 4.3."""
+    window = data.draw(st.one_of(st.none(), windows(case.block_size)))
+    vis = visible(case, window)
+    left, right = window or case.window
+    B, K, T = case.batch_size, case.block_size, case.max_keys
+    assert vis.shape == (B, K, T) and vis.dtype == torch.bool
+    for b, L in enumerate(case.context_lens):
+        want = [[sees(L + i, t, L, K, left, right) for t in range(T)] for i in range(K)]
+        assert vis[b].tolist() == want
+    r = data.draw(st.integers(-1, K + 1))
+    fb = future_block_keys_mask(case, r)
+    assert fb.shape == (B, K, 1, T)
+    for b, L in enumerate(case.context_lens):
+        for i in range(K):
+            want = [L + i < t < L + K and (r == -1 or t <= L + i + r) for t in range(T)]
+            assert fb[b, i, 0].tolist() == want
+
+
 def test_part_b_of_last_query_is_empty():
     """SEMANTICS.md 4.3: part B is empty for i = K-1 (and for every i when right == 0)."""
     from oracle_cases import build_case
@@ -145,5 +178,6 @@ def test_part_b_of_last_query_is_empty():
 def test_zz_report_worst_fp32_error():
     """Runs last in this module: the worst errors seen above (visible with -rP or -s)."""
     print(f"worst errors vs naive: {WORST}")
-    assert WORST["fp32_rel_out"] <= FP32_REL, WORST
+    assert WORST["fp32_rel_out_at_scores_le_8"] <= FP32_REL, WORST
+    assert WORST["fp32_rel_out"] <= WORST["fp32_bound_used"], WORST
     assert WORST["fp64_abs_out"] <= FP64_ABS, WORST
