@@ -59,6 +59,8 @@ __all__ = [
     "default_num_splits",
     "hybrid_paged_attention",
     "padded_rows",
+    "plan_num_splits",
+    "planned_launches",
     "row_block_size",
     "LAUNCH_SINGLE",
     "LAUNCH_SPLIT",
@@ -443,6 +445,35 @@ def default_num_splits(batch: int, num_kv_heads: int, max_ctx_hint: int, *, num_
     return splits if splits >= 2 else 1
 
 
+def plan_num_splits(batch: int, block_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                    max_ctx: int, *, block_n: int | None = None, device: torch.device | None = None,
+                    workspace_max_splits: int | None = None) -> int:
+    """The split count :func:`hybrid_paged_attention` uses when ``num_splits`` is None.
+
+    Host shapes only: ``block_size`` = K, ``max_ctx`` = ``page_table.shape[1] * page_size`` (the
+    capacity), ``workspace_max_splits`` = ``workspace.max_splits`` when a workspace is passed. The
+    launcher calls this very function, so a counter's expectation built from it matches the launch.
+    """
+    r_pad = padded_rows(block_size, num_q_heads // num_kv_heads)
+    block_r = row_block_size(r_pad, head_dim)
+    bn = _block_n(block_r, head_dim) if block_n is None else int(block_n)
+    splits = default_num_splits(batch, num_kv_heads, max_ctx, row_blocks=r_pad // block_r, block_n=bn,
+                                ctas_per_sm=ctas_per_sm(block_r), device=device)
+    if workspace_max_splits is not None:
+        splits = max(1, min(splits, int(workspace_max_splits)))
+    return splits
+
+
+def planned_launches(batch: int, block_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                     max_ctx: int, *, num_splits: int | None = None, block_n: int | None = None,
+                     device: torch.device | None = None, workspace_max_splits: int | None = None) -> list[str]:
+    """Kernel names :func:`hybrid_paged_attention` will append to ``launches`` for these host shapes."""
+    if num_splits is None:
+        num_splits = plan_num_splits(batch, block_size, num_q_heads, num_kv_heads, head_dim, max_ctx,
+                                     block_n=block_n, device=device, workspace_max_splits=workspace_max_splits)
+    return [LAUNCH_SINGLE] if num_splits == 1 else [LAUNCH_SPLIT, LAUNCH_MERGE]
+
+
 @dataclass
 class HybridWorkspace:
     """Partial-state buffers of the split-KV path (fp32, fixed addresses, reusable across calls).
@@ -450,7 +481,7 @@ class HybridWorkspace:
     Shapes (``R_PAD = padded_rows(K, G)``):
 
     - ``acc``: ``[max_batch, num_kv_heads, max_splits, R_PAD, D]`` unnormalized partial output
-      (already multiplied by ``v_scale``), base-2 exponent reference ``m``;
+      ``sum_t exp2(s_t - m) * v_t`` of the split's context tokens (already multiplied by ``v_scale``);
     - ``m``:   ``[max_batch, num_kv_heads, max_splits, R_PAD]`` running max of the scores, log2 units
       (``-inf`` for an empty split);
     - ``l``:   ``[max_batch, num_kv_heads, max_splits, R_PAD]`` running sum ``sum exp2(s - m)``.
@@ -458,7 +489,9 @@ class HybridWorkspace:
     A call with batch ``B <= max_batch``, ``num_splits <= max_splits``, the same ``num_kv_heads`` and
     ``D`` and ``R_PAD <= r_pad`` uses the leading part of the buffers (indexed through their strides),
     so one workspace serves every batch size up to its capacity with stable addresses (CUDA graphs).
-    The buffers never need initialising: every used element is written before it is read.
+    Only rows ``r < R = K * G`` are written and read. The buffers never need initialising: every used
+    element is written by the split kernel (empty splits too) before the merge kernel reads it.
+    Size: ``max_batch * num_kv_heads * max_splits * R_PAD * (D + 2) * 4`` bytes.
     """
 
     acc: torch.Tensor
@@ -702,14 +735,12 @@ def hybrid_paged_attention(
     if max_ctx >= 2**31:
         raise ValueError(f"page_table capacity max_pages * page_size = {max_ctx} must fit in int32")
 
+    if workspace is not None and not isinstance(workspace, HybridWorkspace):
+        raise ValueError(f"workspace must be a HybridWorkspace, got {type(workspace).__name__}")
     if num_splits is None:
-        num_splits = default_num_splits(B, Hkv, max_ctx, row_blocks=n_row_blocks, block_n=block_n,
-                                        ctas_per_sm=ctas_per_sm(block_r), device=device)
-        if workspace is not None:
-            num_splits = min(num_splits, workspace.max_splits)
+        num_splits = plan_num_splits(B, K, Hq, Hkv, D, max_ctx, block_n=block_n, device=device,
+                                     workspace_max_splits=None if workspace is None else workspace.max_splits)
     if workspace is not None and num_splits > 1:
-        if not isinstance(workspace, HybridWorkspace):
-            raise ValueError(f"workspace must be a HybridWorkspace, got {type(workspace).__name__}")
         workspace.check(B, Hkv, num_splits, r_pad, D, device)
 
     # ---- outputs ----

@@ -122,20 +122,36 @@ def _counting_backend(inner: str):
         if inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
             return compile_fx(gm, example_inputs)
-        from torch._dynamo.backends.common import aot_autograd  # noqa: F401
         from torch._dynamo import lookup_backend
         return lookup_backend(inner)(gm, example_inputs)
 
     return backend
 
 
+def _no_silent_eager_fallback() -> None:
+    """Past dynamo's recompile limit a compiled function silently runs eagerly: raise the limit so one
+    process can hold every shape family a sweep draws, and make hitting it an error, not a fallback."""
+    import torch._dynamo.config as dc
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.6
+        if hasattr(dc, name):
+            setattr(dc, name, max(getattr(dc, name), 512))
+    if hasattr(dc, "accumulated_recompile_limit"):
+        dc.accumulated_recompile_limit = max(dc.accumulated_recompile_limit, 4096)
+    elif hasattr(dc, "accumulated_cache_size_limit"):
+        dc.accumulated_cache_size_limit = max(dc.accumulated_cache_size_limit, 4096)
+    if hasattr(dc, "fail_on_recompile_limit_hit"):
+        dc.fail_on_recompile_limit_hit = True
+
+
 def merge_compiled(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int, lse_a_base: float = 2.0):
     """The unrolled merge under torch.compile with automatic dynamic shapes (only the batch becomes
-    symbolic). Inductor on CUDA; `aot_eager` on CPU, where an inductor build per shape family would
-    cost CI minutes (the graph capture and its recompile behaviour are the same)."""
-    inner = "inductor" if q.is_cuda else "aot_eager"
+    symbolic). Inductor on CUDA; dynamo's `eager` backend on CPU, where an inductor build per shape
+    family would cost CI minutes (the graph capture, its guards and its recompiles are the same)."""
+    inner = "inductor" if q.is_cuda else "eager"
     fn = _COMPILED.get(inner)
     if fn is None:
+        _no_silent_eager_fallback()
         fn = torch.compile(_merge_unrolled, backend=_counting_backend(inner), dynamic=None)
         _COMPILED[inner] = fn
     counters.record("torch.compile[merge_unrolled]")

@@ -210,6 +210,17 @@ class WindowedMerge(TorchLoweringBase):
         from lowerings._triton_env import triton_available
         return triton_available()
 
+    def case_limits(self, device: str):
+        """The Triton merge runs interpreted on a CPU; torch.compile traces once per shape family."""
+        from strategies import Limits
+        if device == "cuda":
+            return Limits(max_context=2048)
+        if self.form == "triton":
+            return Limits(max_batch=4, max_context=140, max_kv_heads=2, max_group=4, head_dims=(64,))
+        if self.form == "compiled":
+            return Limits(max_batch=33, max_context=200, max_kv_heads=2, max_group=4, head_dims=(64,))
+        return None
+
     def merge_calls(self, case: Case) -> dict[str, int]:
         return {"eager": {"torch.merge_eager": 1}, "compiled": {"torch.compile[merge_unrolled]": 1},
                 "triton": {"triton.merge_future_block_keys": 1}}[self.form]

@@ -30,6 +30,13 @@ class HybridPaged:
     deterministic = True
     max_compiles = 2  # per family: the split kernel + its merge, or the single pass; never per batch size
 
+    def case_limits(self, device: str):
+        """Under the CPU interpreter a program costs 10-20 ms per loop iteration: small shapes there."""
+        from strategies import Limits
+        if device == "cuda":
+            return Limits(max_batch=64, max_context=4096, max_kv_heads=4, max_group=8, max_block=16)
+        return Limits(max_batch=3, max_context=140, max_kv_heads=2, max_group=5, max_block=8, head_dims=(64,))
+
     def compile_family(self, case: Case) -> tuple:
         return (case.dtype, case.kv_dtype, case.head_dim, case.page_size, case.block_size * case.group_size)
 
@@ -51,11 +58,11 @@ class HybridPaged:
         return None
 
     def expected_calls(self, case: Case) -> dict[str, int]:
-        from lowerings._hybrid_kernel import default_num_splits
-        splits = default_num_splits(case.batch_size, case.num_kv_heads, case.max_pages_per_request * case.page_size)
-        if splits > 1:
-            return {"triton.hybrid_paged_split": 1, "triton.hybrid_paged_merge_splits": 1}
-        return {"triton.hybrid_paged_single": 1}
+        from lowerings._hybrid_kernel import planned_launches
+        device = torch.device("cuda") if torch.cuda.is_available() else None
+        names = planned_launches(case.batch_size, case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim,
+                                 max(1, case.max_pages_per_request) * case.page_size, device=device)
+        return {f"triton.{n}": 1 for n in names}
 
     def run(self, inputs: Inputs) -> LoweringResult:
         from lowerings._hybrid_kernel import hybrid_paged_attention

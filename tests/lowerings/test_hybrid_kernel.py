@@ -184,12 +184,17 @@ def test_single_vs_split_agree():
         assert (L1 - L2).abs().max().item() < 1e-5
 
 
-def test_default_tile_and_splits():
-    # The default tile and the split count chosen by the heuristic.
-    c = Case(1, 3, 4, 2, 64, 16, [150], seed=4)
+@pytest.mark.parametrize("B,K,Hq,Hkv,lens,max_pages,path", [
+    (1, 3, 4, 2, [150], 40, "hybrid_paged_split"),  # capacity 640: 2 splits
+    (2, 2, 4, 2, [20, 40], 4, "hybrid_paged_single"),  # capacity 64: too short to split
+])
+def test_default_tile_and_splits(B, K, Hq, Hkv, lens, max_pages, path):
+    # The default tile and the split count chosen by the heuristic; planned_launches predicts them.
+    c = Case(B, K, Hq, Hkv, 64, 16, lens, seed=4, max_pages=max_pages)
     launches = []
     O, LSE = c.run(launches=launches)
-    assert launches[0] in ("hybrid_paged_single", "hybrid_paged_split")
+    plan = hk.planned_launches(B, K, Hq, Hkv, 64, max_pages * 16, device=DEVICE)
+    assert launches == plan and launches[0] == path
     assert_close(O, LSE, *c.ref())
 
 
