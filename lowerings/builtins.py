@@ -3,6 +3,7 @@
 from lowerings.registry import register
 from lowerings.torch_emulation import Context, DecodeRows, Sdpa, WindowedMerge
 from lowerings.triton_hybrid import HybridPaged
+from lowerings import flashinfer_paged
 
 register(Sdpa())
 register(Context())
@@ -10,3 +11,4 @@ register(DecodeRows())
 for _form in ("eager", "compiled", "triton"):
     register(WindowedMerge(form=_form))
 register(HybridPaged())
+flashinfer_paged.register_all()

@@ -225,7 +225,9 @@ class FlashinferBase:
         """Longer contexts on a GPU (flashinfer's split-KV paths start past a few hundred keys)."""
         if device == "cuda":
             from strategies import Limits
-            return Limits(max_context=2048)
+            # flashinfer JIT-compiles one module per (dtype, kv dtype, head dim, window on/off): 15-95 s
+            # each. The lent H200's 30-minute budget covers bf16 at head dim 128; widen on a real runner.
+            return Limits(max_context=2048, dtypes=("bfloat16",), kv_dtypes=("same",), head_dims=(128,))
         return None
 
     def kernel_families(self, case: Case) -> dict[str, str]:  # overridden

@@ -38,6 +38,8 @@ class Limits:
     max_group: int = 8
     max_block: int = 16
     head_dims: tuple[int, ...] = HEAD_DIMS
+    dtypes: tuple[str, ...] = ("bfloat16", "float16")
+    kv_dtypes: tuple[str, ...] = ("same", "float8_e4m3fn")  # "same": the working dtype
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
@@ -147,8 +149,8 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
     window = pick("window", windows(K))
     width = window[1]
     lens = fixed.get("context_lens") or [draw(context_length(ps, width, limits)) for _ in range(B)]
-    dtype = pick("dtype", st.sampled_from(("bfloat16", "float16")))
-    kv = pick("kv_dtype", st.sampled_from(("same", "float8_e4m3fn")))
+    dtype = pick("dtype", st.sampled_from(limits.dtypes))
+    kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
     return {
         "context_lens": lens, "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU session on the lent H200 (see docs/gpu/): flashinfer from the offline bundle in .fib/, compiled
+# kernel tests, `dflash-parity check --device cuda --profile gpu` over every lowering, the Triton bench,
+# and flashinfer's compiled modules packed for the next machine. Everything lands under $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+LOG=$OUT/gpu_session.log
+exec > >(tee -a "$LOG") 2>&1
+echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+mkdir -p /tmp/site && tar -C /tmp/site -xJf .fib/fi_strip.tar.xz \
+  && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fib/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+if [ -f .fib/fi_aot.tar.xz ]; then python3 .fib/flashinfer_aot.py install .fib/fi_aot.tar.xz; fi
+python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
+STEPS=${STEPS:-tests,check,bench}
+if [[ $STEPS == *tests* ]]; then
+  echo "== pytest (compiled kernels, gpu-marked tests)"
+  timeout ${TESTS_TIMEOUT:-240} python3 -m pytest tests/lowerings tests/parity/test_judge.py -q -rs -p no:cacheprovider -x \
+    ${PYTEST_ARGS:-} 2>&1 | tail -40
+fi
+if [[ $STEPS == *check* ]]; then
+  echo "== dflash-parity check --device cuda --profile gpu ${CHECK_ARGS:-}"
+  timeout ${CHECK_TIMEOUT:-300} python3 -m parity.cli check --device cuda --profile gpu --report /tmp/report ${CHECK_ARGS:-}
+  echo "exit code: $?"
+  tar -C /tmp -czf "$OUT/report.tgz" report
+fi
+if [[ $STEPS == *bench* ]]; then
+  echo "== scripts/bench_triton.py"
+  timeout ${BENCH_TIMEOUT:-150} python3 scripts/bench_triton.py "$OUT/bench_triton.json"
+fi
+python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot.tar.xz" || true
+echo "== done $(date -u +%H:%M:%S)"
