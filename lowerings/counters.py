@@ -71,6 +71,50 @@ def counted(name: str) -> Callable[[F], F]:
     return wrap
 
 
+def triton_compiled_variants(*kernels: Any) -> int:
+    """Compiled variants held by Triton `JITFunction`s (0 for interpreted kernels, which never compile)."""
+    n = 0
+    for k in kernels:
+        caches = getattr(k, "device_caches", None)
+        if caches is None:
+            continue
+        for entry in list(caches.values()):
+            cache = entry[0] if isinstance(entry, tuple) else entry
+            n += len(cache) if hasattr(cache, "__len__") else 0
+    return n
+
+
+class count_triton_compiles:
+    """Context manager: every Triton variant the `kernels` compile inside it is a `record_compile(name)`."""
+
+    def __init__(self, name: str, *kernels: Any) -> None:
+        self.name, self.kernels = name, kernels
+
+    def __enter__(self) -> "count_triton_compiles":
+        self.before = triton_compiled_variants(*self.kernels)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _ in range(triton_compiled_variants(*self.kernels) - self.before):
+            record_compile(self.name)
+
+
+def kernel_name_failures(seen: list[str], expected: dict[str, str], forbidden: dict[str, str]) -> list[str]:
+    """GPU kernel names seen by the profiler against what a lowering declares: every expected family
+    (label -> name substring) must appear, no forbidden one may."""
+    msgs = []
+    for label, sub in expected.items():
+        if not any(sub in k for k in seen):
+            msgs.append(f"GPU kernels: expected {label} ({sub!r}) never ran")
+    for label, sub in forbidden.items():
+        hits = [k for k in seen if sub in k]
+        if hits:
+            msgs.append(f"GPU kernels: silent fallback, {label} ran: {hits[0][:120]}")
+    if msgs:
+        msgs.append("kernels seen: " + ", ".join(sorted({k[:60] for k in seen}))[:600])
+    return msgs
+
+
 def call_mismatch(expected: dict[str, int], actual: dict[str, int]) -> str | None:
     """None when the calls match, else a message naming the expected and the actual kernels."""
     exp = {k: v for k, v in expected.items() if v}

@@ -160,11 +160,12 @@ def merge_compiled(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int,
 
 def merge_triton(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int, lse_a_base: float = 2.0):
     """One hand-written Triton kernel (`lowerings/_merge_kernel.py`)."""
-    from lowerings._merge_kernel import merge_future_block_keys_triton
+    from lowerings import _merge_kernel as mk
 
     launches: list[str] = []
-    out = merge_future_block_keys_triton(q, k_block, v_block, o_a, lse_a, scale=scale, right=right,
-                                         lse_a_base=lse_a_base, launches=launches)
+    with counters.count_triton_compiles("triton.merge_future_block_keys", mk._merge_future_block_keys_kernel):
+        out = mk.merge_future_block_keys_triton(q, k_block, v_block, o_a, lse_a, scale=scale, right=right,
+                                                lse_a_base=lse_a_base, launches=launches)
     for name in launches:
         counters.record(f"triton.{name}")
     return out

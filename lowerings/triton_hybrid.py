@@ -64,14 +64,28 @@ class HybridPaged:
                                  max(1, case.max_pages_per_request) * case.page_size, device=device)
         return {f"triton.{n}": 1 for n in names}
 
+    def kernel_families(self, case: Case) -> dict[str, str]:
+        """CUDA kernel names (torch.profiler) the planned path must launch; the other path's are forbidden."""
+        names = {"triton.hybrid_paged_single": "_hybrid_single_kernel", "triton.hybrid_paged_split": "_hybrid_split_kernel",
+                 "triton.hybrid_paged_merge_splits": "_hybrid_merge_splits_kernel"}
+        return {k: names[k] for k in self.expected_calls(case)}
+
+    def forbidden_kernel_families(self, case: Case) -> dict[str, str]:
+        expected = self.kernel_families(case)
+        if "triton.hybrid_paged_single" in expected:
+            return {"the split path (single pass planned)": "_hybrid_split_kernel"}
+        return {"the single pass (split path planned)": "_hybrid_single_kernel"}
+
     def run(self, inputs: Inputs) -> LoweringResult:
-        from lowerings._hybrid_kernel import hybrid_paged_attention
+        from lowerings import _hybrid_kernel as hk
         c = inputs.case
         launches: list[str] = []
-        out, lse = hybrid_paged_attention(
+        with counters.count_triton_compiles("triton.hybrid_paged", hk._hybrid_single_kernel, hk._hybrid_split_kernel,
+                                            hk._hybrid_merge_splits_kernel):
+            out, lse = hk.hybrid_paged_attention(
             inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
-            inputs.k_block, inputs.v_block, scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale,
-            launches=launches)
+                inputs.k_block, inputs.v_block, scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale,
+                launches=launches)
         for name in launches:
             counters.record(f"triton.{name}")
         return LoweringResult(out=out, lse=lse)

@@ -99,6 +99,9 @@ class RunOptions:
     check_determinism: bool = True
     yardstick: bool = True
     canary: str = "nan"
+    # GPU kernel names (torch.profiler) checked against a lowering's kernel_families(case) on one case
+    # in `profile_every` (by seed); 0 turns it off.
+    profile_every: int = 4
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -180,6 +183,9 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         outcome.failures.extend(untouched_failures(case, before, inputs))
     if opts.check_determinism and not outcome.failures:
         outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol))
+    if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
+            and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures):
+        outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
     if outcome.failures:
         outcome.status = "fail"
     outcome.seconds = time.perf_counter() - t0
@@ -254,6 +260,24 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
         if leaked:
             msgs.append(f"request isolation: negating request {B - 1}'s context changed the output of request(s) {leaked}")
     return msgs
+
+
+def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions) -> list[str]:
+    """Run once more under torch.profiler; the CUDA kernel names must match the lowering's declaration."""
+    from torch.profiler import ProfilerActivity, profile
+
+    inputs = materialize(case, opts.device, canary=opts.canary)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        try:
+            _call(lowering, inputs, CaseOutcome(lowering.name, case, "pass"))
+        except LoweringError as err:
+            return [f"profiled run: {err}"]
+        torch.cuda.synchronize()
+    seen = [e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+            and str(e.device_type).endswith("CUDA")]
+    forbidden = lowering.forbidden_kernel_families(case) if callable(getattr(lowering, "forbidden_kernel_families", None)) else {}
+    return counters.kernel_name_failures(seen, lowering.kernel_families(case), forbidden)
 
 
 def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
