@@ -30,10 +30,15 @@ class Tolerance:
     yardstick_factor: float
     yardstick_floor_ulp: float
     lse_abs: float
+    lse_rel: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name == "lse_rel":
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise InvalidInput(f.name, f"a finite number >= 0, got {v!r}")
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise InvalidInput(f.name, f"a finite positive number, got {v!r}")
 
@@ -78,11 +83,11 @@ def load(path: str | Path | None = None) -> Policy:
     return from_dict(data, source=src)
 
 
-def _number(where: str, v: Any) -> float:
+def _number(where: str, v: Any, *, zero_ok: bool = False) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidInput(where, f"a number, got {v!r}")
-    if not math.isfinite(v) or v <= 0:
-        raise InvalidInput(where, f"a finite positive number, got {v!r}")
+    if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
+        raise InvalidInput(where, f"a finite {'non-negative' if zero_ok else 'positive'} number, got {v!r}")
     return float(v)
 
 
@@ -96,7 +101,8 @@ def from_dict(data: dict[str, Any], *, source: str = "tolerances.toml") -> Polic
         if table is None:
             raise InvalidInput(f"{source}: defaults.{dtype}", "missing table")
         _check_keys(f"{source}: defaults.{dtype}", table, required=True)
-        defaults[dtype] = Tolerance(**{k: _number(f"{source}: defaults.{dtype}.{k}", table[k]) for k in TOLERANCE_KEYS})
+        defaults[dtype] = Tolerance(**{k: _number(f"{source}: defaults.{dtype}.{k}", table[k], zero_ok=k == "lse_rel")
+                                       for k in TOLERANCE_KEYS if k in table})
     extra = sorted(set(data.get("defaults", {})) - set(DTYPES))
     if extra:
         raise InvalidInput(f"{source}: defaults.{extra[0]}", f"unknown dtype; expected one of {DTYPES}")
@@ -109,7 +115,8 @@ def from_dict(data: dict[str, Any], *, source: str = "tolerances.toml") -> Polic
             if dtype not in DTYPES:
                 raise InvalidInput(where, f"unknown dtype; expected one of {DTYPES}")
             _check_keys(where, table, required=False)
-            overrides.setdefault(name, {})[dtype] = {k: _number(f"{where}.{k}", v) for k, v in table.items()}
+            overrides.setdefault(name, {})[dtype] = {k: _number(f"{where}.{k}", v, zero_ok=k == "lse_rel")
+                                                     for k, v in table.items()}
             replace(defaults[dtype], **overrides[name][dtype])  # validates the merged values
     gate = data.get("gate", {})
     unknown = sorted(set(gate) - {"max_margin_growth"})
@@ -126,6 +133,6 @@ def _check_keys(where: str, table: Any, *, required: bool) -> None:
     if unknown:
         raise InvalidInput(f"{where}.{unknown[0]}", f"unknown key; expected {', '.join(TOLERANCE_KEYS)}")
     if required:
-        missing = [k for k in TOLERANCE_KEYS if k not in table]
+        missing = [k for k in TOLERANCE_KEYS if k not in table and k != "lse_rel"]
         if missing:
             raise InvalidInput(f"{where}.{missing[0]}", "missing key")
