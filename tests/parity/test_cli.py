@@ -151,7 +151,7 @@ BAD_CLI = [
     ("case page owned twice", lambda t: ["repro", _write(t, "c7.json", _case_text(context_lens=[1, 1], pages=[[0], [0]], batch_size=2))], "page 0 is already owned by request 0"),
     ("case names no lowering", lambda t: ["repro", _write(t, "c8.json", json.dumps(GOOD_CASE.to_json_dict()))], "names no lowering; pass --lowering"),
     ("tolerances missing", lambda t: ["list", "--tolerances", t / "none.toml"], "tolerance file not found"),
-    ("tolerances unknown key", lambda t: ["list", "--tolerances", _write(t, "t1.toml", TOML_HEAD.replace("lse_abs = 1.0e-3", "lse_abs = 1.0e-3\nlse_rel = 2", 1))], "defaults.bfloat16.lse_rel: unknown key"),
+    ("tolerances unknown key", lambda t: ["list", "--tolerances", _write(t, "t1.toml", TOML_HEAD.replace("lse_abs = 1.0e-3", "lse_abs = 1.0e-3\nlse_relative = 2", 1))], "defaults.bfloat16.lse_relative: unknown key"),
     ("tolerances negative", lambda t: ["list", "--tolerances", _write(t, "t2.toml", TOML_HEAD.replace("out_max_ulp = 8.0", "out_max_ulp = -8.0", 1))], "out_max_ulp: a finite positive number, got -8.0"),
     ("tolerances non-numeric", lambda t: ["list", "--tolerances", _write(t, "t3.toml", TOML_HEAD.replace("out_rel_l2 = 1.0e-2", "out_rel_l2 = \"small\"", 1))], "out_rel_l2: a number, got 'small'"),
     ("tolerances unknown lowering", lambda t: ["list", "--tolerances", _write(t, "t4.toml", TOML_HEAD + "\n[lowering.\"nope\".bfloat16]\nout_max_ulp = 4.0\n")], "lowering.'nope': no such lowering"),

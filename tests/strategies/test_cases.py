@@ -1,0 +1,114 @@
+"""The strategies reach every bug class's corner, shrink to meaningful minimal cases, and respect
+each lowering's supports()."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+import lowerings
+from oracle import Case, pages_needed
+from strategies import Limits, batch_sizes, cases, context_length, windows
+
+DRAWS = settings(max_examples=300, derandomize=True, deadline=None, database=None,
+                 suppress_health_check=list(HealthCheck))
+
+
+def _collect(strategy, n=300):
+    seen = []
+
+    @DRAWS
+    @given(strategy)
+    def draw(x):
+        seen.append(x)
+
+    draw()
+    return seen
+
+
+def test_boundary_values_are_reached():
+    seen = _collect(cases())
+    bs = {c.batch_size for c in seen}
+    assert {1, 32, 33} <= bs, sorted(bs)
+    lens = [(L, c.page_size) for c in seen for L in c.context_lens]
+    assert any(L == 0 for L, _ in lens) and any(L == 1 for L, _ in lens)
+    assert any(L == ps - 1 for L, ps in lens if ps > 1) and any(L == ps + 1 for L, ps in lens)
+    assert any(L in (63, 64, 65, 127, 128, 129) for L, _ in lens)
+    assert any(len(set(c.context_lens)) > 1 for c in seen), "ragged batches"
+    assert {c.block_size for c in seen} >= {1, 2, 3, 7, 8, 16}
+    assert {c.group_size for c in seen} >= {1, 2, 3, 4, 5, 6, 8}
+    assert {c.head_dim for c in seen} == {64, 128}
+    assert {c.layout for c in seen} == {"NHD", "HND"}
+    assert {c.page_table_dtype for c in seen} == {"int32", "int64"}
+    assert any(c.page_table_pad > 0 for c in seen), "strided page-table rows"
+    assert any(c.kv_dtype == "float8_e4m3fn" and c.k_scale != 1.0 for c in seen)
+    assert any(c.scale is not None for c in seen)
+    assert {c.block_storage for c in seen} == {"dense", "appended"}
+    assert all(c.spare_pages() for c in seen), "every pool has spare pages (canaries)"
+    assert any(sorted(p for row in c.pages for p in row) != [p for row in c.pages for p in row] for c in seen), \
+        "page tables are permutations, not identity"
+
+
+def test_windows_reach_w_around_k_and_beyond_the_context():
+    seen = _collect(st.integers(1, 8).flatmap(lambda k: st.tuples(st.just(k), windows(k))))
+    kinds = {kind for _, (kind, _) in seen}
+    assert kinds == {"noncausal", "noncausal_swa", "causal", "causal_swa"}
+    for rel in (-1, 0, 1):
+        assert any(w == k + rel for k, (kind, w) in seen if w), f"W = K{rel:+d}"
+    assert any(w == 1 for _, (_, w) in seen) and any(w == 2 for _, (_, w) in seen)
+    assert any(w and w > 300 for _, (_, w) in seen), "windows larger than any context"
+
+
+def test_tile_boundaries_reached_when_limits_allow_long_contexts():
+    seen = _collect(context_length(16, None, Limits(max_context=5000)))
+    assert {2047, 2048, 2049} <= set(seen)
+
+
+@pytest.mark.parametrize("name", ["decode_rows", "context", "hybrid_paged", "windowed_merge[eager]"])
+def test_supports_shapes_the_draw(name):
+    lw = lowerings.get(name)
+    seen = _collect(cases(lw), n=150)
+    assert seen and all(lw.supports(c) is None for c in seen)
+
+
+def test_every_lowering_says_why_instead_of_crashing_on_any_case():
+    seen = _collect(cases(limits=Limits(max_batch=4, max_context=40)), n=150)
+    odd = [Case(context_lens=(3,), block_size=2, num_q_heads=3, num_kv_heads=1, head_dim=96, page_size=3,
+                pages=((0, 1),), num_pages=3)]
+    for lw in lowerings.all_lowerings():
+        for c in seen + odd:
+            why = lw.supports(c)
+            assert why is None or (isinstance(why, str) and why), (lw.name, c.short())
+    assert "power of two" in lowerings.get("hybrid_paged").supports(odd[0])
+
+
+def test_shrinking_lands_on_a_minimal_case():
+    # The smallest case with a sliding window whose context is longer than the window.
+    c = find(cases(), lambda c: c.window[0] >= 0 and c.window[1] > 0 and max(c.context_lens) > c.window[0] + 1,
+             settings=settings(database=None, derandomize=True, max_examples=2000))
+    assert c.batch_size == 1 and c.block_size == 1 and c.window == (1, 1)  # W = 2, the smallest with a right edge
+    # The context shrinks to a boundary value: the smallest of them (0, 1, page size - 1, ...) that holds.
+    assert c.context_lens[0] <= c.page_size - 1 and c.num_q_heads == 1 and c.page_size == 16, c.short()
+
+
+def test_batch_sizes_respect_the_lowering_maximum():
+    assert max(_collect(batch_sizes(Limits(max_batch=5)), n=100)) <= 5
+
+
+def test_limits_validate_with_the_field_named():
+    with pytest.raises(ValueError, match="Limits.max_batch: a positive integer"):
+        Limits(max_batch=0)
+
+
+def test_fixed_fields_and_unknown_fields():
+    seen = _collect(cases(block_size=7, window=("causal", None)), n=30)
+    assert all(c.block_size == 7 and c.window == (-1, 0) for c in seen)
+    with pytest.raises(ValueError, match="unknown field"):
+        cases(colour="red")
+
+
+def test_pages_cover_context_plus_block():
+    for c in _collect(cases(), n=100):
+        for b, L in enumerate(c.context_lens):
+            assert len(c.pages[b]) >= pages_needed(L, c.block_size, c.page_size)
