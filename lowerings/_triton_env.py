@@ -77,7 +77,13 @@ def kernel_is_interpreted(kernel) -> bool:
 
 
 def triton_available() -> tuple[bool, str]:
-    """``(True, "triton <version>")`` when ``import triton`` works, else ``(False, reason)``."""
+    """``(True, "triton <version>")`` when ``import triton`` works, else ``(False, reason)``.
+
+    Decides the interpreter first: triton imported (``triton.language`` above all) before
+    ``TRITON_INTERPRET`` is set leaves later interpreted kernels unable to call their ``@triton.jit``
+    helpers ("Cannot call @triton.jit'd outside of the scope of a kernel"; seen with triton 3.9).
+    """
+    ensure_interpreter_on_cpu()
     try:
         import triton
         import triton.language  # noqa: F401

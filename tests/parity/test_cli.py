@@ -191,3 +191,19 @@ def test_bad_tensors_handed_to_the_oracle_name_the_tensor():
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU: the missing-device error cannot show")
         materialize(GOOD_CASE, "cuda")
+
+
+def test_check_in_a_fresh_process_runs_the_triton_lowering(tmp_path):
+    """The README's main job path, as a user runs it: a new process with no conftest, no TRITON_INTERPRET
+    (the CLI must switch the interpreter on before triton is first imported on a machine without a GPU)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    res = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--lowering", "hybrid_paged", "--max-examples", "4",
+                          "--report", str(tmp_path), "--quiet", "--device", "cpu"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "hybrid_paged  pass" in res.stdout
