@@ -200,6 +200,8 @@ def test_check_in_a_fresh_process_runs_the_triton_lowering(tmp_path):
     import subprocess
     import sys
 
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the Triton kernels compile for it; this checks the interpreter path")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
     res = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--lowering", "hybrid_paged", "--max-examples", "4",
