@@ -11,4 +11,5 @@ register(DecodeRows())
 for _form in ("eager", "compiled", "triton"):
     register(WindowedMerge(form=_form))
 register(HybridPaged())
+register(HybridPaged(num_splits=4))
 flashinfer_paged.register_all()

@@ -66,6 +66,13 @@ class Lowering(Protocol):
     - `expected_calls(case)`: the kernel entry points it must call for `case`, `{name: count}`; any
       other call, or a different count, is a silent fallback.
     - `run(inputs)`: the production call sequence.
+
+    Optional (read with `getattr`, so lowerings written before it stay valid):
+
+    - `writes_given_output` (default False): the lowering writes its result into `inputs.out` and
+      `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
+      poisoned, guarded buffers and checks that the returned tensors are those buffers, that every
+      element was written, and that nothing was written past either end.
     """
 
     name: str
@@ -84,6 +91,12 @@ class Lowering(Protocol):
 
 
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
+OPTIONAL_ATTRIBUTES = {"writes_given_output": False}
+
+
+def writes_given_output(lowering: object) -> bool:
+    """Whether `lowering` declares that it writes into the `out`/`lse_out` buffers it is given."""
+    return bool(getattr(lowering, "writes_given_output", False))
 REQUIRED_METHODS = ("available", "supports", "expected_calls", "run")
 
 
@@ -99,6 +112,9 @@ def protocol_violations(obj: object) -> list[str]:
             problems.append(f"'lse_base' must be math.e or 2.0, got {obj.lse_base!r}")
         if not isinstance(obj.devices, tuple) or not all(d in ("cpu", "cuda") for d in obj.devices):
             problems.append(f"'devices' must be a tuple of 'cpu'/'cuda', got {obj.devices!r}")
+        wgo = getattr(obj, "writes_given_output", False)
+        if not isinstance(wgo, bool):
+            problems.append(f"'writes_given_output' must be True or False, got {wgo!r}")
     return problems
 
 

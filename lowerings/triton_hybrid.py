@@ -24,11 +24,19 @@ def _is_pow2(n: int) -> bool:
 
 
 class HybridPaged:
-    name = "hybrid_paged"
     devices = ("cpu", "cuda")
     lse_base = BASE_E
     deterministic = True
     max_compiles = 2  # per family: the split kernel + its merge, or the single pass; never per batch size
+    writes_given_output = True  # the launcher writes into out=/lse_out= (the runner poisons and guards them)
+
+    def __init__(self, num_splits: int | None = None) -> None:
+        """`num_splits=None`: the production split plan. A fixed count (`hybrid_paged[splits=4]`) forces
+        the split-KV path on any shape, so the CPU suite reaches empty splits (more splits than tiles)."""
+        if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 2):
+            raise ValueError(f"num_splits: None or an integer >= 2, got {num_splits!r}")
+        self.num_splits = num_splits
+        self.name = "hybrid_paged" if num_splits is None else f"hybrid_paged[splits={num_splits}]"
 
     def case_limits(self, device: str):
         """Under the CPU interpreter a program costs 10-20 ms per loop iteration: small shapes there."""
@@ -61,7 +69,8 @@ class HybridPaged:
         from lowerings._hybrid_kernel import planned_launches
         device = torch.device("cuda") if torch.cuda.is_available() else None
         names = planned_launches(case.batch_size, case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim,
-                                 max(1, case.max_pages_per_request) * case.page_size, device=device)
+                                 max(1, case.max_pages_per_request) * case.page_size, device=device,
+                                 num_splits=self.num_splits)
         return {f"triton.{n}": 1 for n in names}
 
     def kernel_families(self, case: Case) -> dict[str, str]:
@@ -76,6 +85,23 @@ class HybridPaged:
             return {"the split path (single pass planned)": "_hybrid_split_kernel"}
         return {"the single pass (split path planned)": "_hybrid_single_kernel"}
 
+    def poisoned_workspace(self, inputs: Inputs):
+        """The split-KV partials buffer, NaN-filled before every call: a split that leaves its slot
+        unwritten (an empty split skipping its store) then shows as NaN instead of passing on whatever
+        stale bytes a reused buffer happened to hold."""
+        from lowerings import _hybrid_kernel as hk
+        c = inputs.case
+        max_ctx = max(1, inputs.page_table.shape[1]) * c.page_size
+        splits = self.num_splits or hk.plan_num_splits(c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads,
+                                                       c.head_dim, max_ctx, device=inputs.device)
+        if splits <= 1:
+            return None
+        ws = hk.HybridWorkspace.allocate(c.batch_size, c.num_kv_heads, splits,
+                                         hk.padded_rows(c.block_size, c.group_size), c.head_dim, inputs.device)
+        for t in (ws.acc, ws.m, ws.l):
+            t.fill_(float("nan"))
+        return ws
+
     def run(self, inputs: Inputs) -> LoweringResult:
         from lowerings import _hybrid_kernel as hk
         c = inputs.case
@@ -83,9 +109,10 @@ class HybridPaged:
         with counters.count_triton_compiles("triton.hybrid_paged", hk._hybrid_single_kernel, hk._hybrid_split_kernel,
                                             hk._hybrid_merge_splits_kernel):
             out, lse = hk.hybrid_paged_attention(
-            inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
+                inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
                 inputs.k_block, inputs.v_block, scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale,
-                launches=launches)
+                out=inputs.out, lse_out=inputs.lse_out, workspace=self.poisoned_workspace(inputs),
+                num_splits=self.num_splits, launches=launches)
         for name in launches:
             counters.record(f"triton.{name}")
         return LoweringResult(out=out, lse=lse)

@@ -46,6 +46,9 @@ class Inputs:
     - `context_lens`: int32 `[B]` on the device; `context_lens_host`: the same as a tuple.
     - `k_block`, `v_block`: the block's keys/values, dense `[B, K, Hkv, D]` in `case.dtype`; also in the
       pool at positions `L_b .. L_b+K-1` when `case.block_storage == "appended"`.
+    - `out`, `lse_out`: output buffers the lowering must write, `[B, K, Hq, D]` in `case.dtype` and
+      `[B, K, Hq]` float32, or None. The runner gives them only to a lowering that declares
+      `writes_given_output = True` (see `attach_output_buffers`): poisoned views of larger guarded buffers.
     """
 
     case: Case
@@ -58,6 +61,8 @@ class Inputs:
     k_block: torch.Tensor
     v_block: torch.Tensor
     canary: str = "nan"
+    out: torch.Tensor | None = None
+    lse_out: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -68,12 +73,13 @@ class Inputs:
         return self.case.softmax_scale
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor a lowering receives, by name (for hashing before and after a call)."""
+        """Every input tensor a lowering receives, by name (for hashing before and after a call); the
+        output buffers `out`/`lse_out` are not inputs and are not listed."""
         return {"q": self.q, "k_pool": self.k_pool, "v_pool": self.v_pool, "page_table": self.page_table,
                 "context_lens": self.context_lens, "k_block": self.k_block, "v_block": self.v_block}
 
     def clone(self) -> "Inputs":
-        """A deep copy (same strides for the page table view)."""
+        """A deep copy of the inputs (same strides for the page table view); no output buffers."""
         pt_base = self.page_table
         if self.case.page_table_pad:
             buf = torch.empty((pt_base.shape[0], pt_base.shape[1] + self.case.page_table_pad),
@@ -197,3 +203,83 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         v_block=v_block.to(device),
         canary=canary,
     )
+
+
+# ---- output buffers: poisoned views with guard elements -------------------------------------------------
+#
+# A lowering that writes into buffers the framework gives it (`writes_given_output = True`) gets `out` and
+# `lse_out` as views of larger flat buffers: guard elements, the view, guard elements. Each guard holds at
+# least `GUARD` elements, the view's size, and `GUARD_ROWS` query rows (`[Hq, D]` of `out`, `[Hq]` of the
+# LSE): a kernel that stores its padded rows unmasked (up to 128 rows per program) overruns the end by up
+# to that many rows, and an overrun that stays inside the allocation is reported, not a heap corruption
+# that crashes the process later (isolated runs survive that too, as a crash). The view holds a
+# quiet NaN with a payload torch never produces itself (POISON), the guards another one (GUARD_BITS), so
+# after the call "never written" (POISON still there), "wrote NaN" (any other NaN) and "wrote past the
+# end" (a guard changed) are told apart bit for bit.
+
+GUARD = 64
+GUARD_ROWS = 128
+# dtype -> (poison bits, guard bits). torch's canonical NaNs are bf16 0x7FC0, fp16 0x7E00, fp32 0x7FC00000.
+_POISON_BITS = {
+    torch.bfloat16: (0x7FC1, 0x7FC2),
+    torch.float16: (0x7E01, 0x7E02),
+    torch.float32: (0x7FC0DEAD, 0x7FC0BEEF),
+}
+_INT_OF = {2: torch.int16, 4: torch.int32}
+
+
+def poison_bits(dtype: torch.dtype) -> tuple[int, int]:
+    """(poison, guard) bit patterns of `dtype` (as signed ints of the same width)."""
+    if dtype not in _POISON_BITS:
+        raise InvalidInput("output dtype", f"one of {sorted(str(d) for d in _POISON_BITS)}, got {dtype}")
+    return _POISON_BITS[dtype]
+
+
+@dataclass
+class GuardedBuffer:
+    """A poisoned view and the flat buffer around it: `flat[:GUARD]`, `view`, `flat[GUARD + numel:]`."""
+
+    view: torch.Tensor
+    flat: torch.Tensor
+    guard: int = GUARD
+
+    @property
+    def numel(self) -> int:
+        return self.view.numel()
+
+    def int_bits(self, t: torch.Tensor) -> torch.Tensor:
+        return t.view(_INT_OF[t.element_size()])
+
+    def before(self) -> torch.Tensor:
+        return self.flat[: self.guard]
+
+    def after(self) -> torch.Tensor:
+        return self.flat[self.guard + self.numel:]
+
+
+def guarded_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device,
+                   guard: int | None = None) -> GuardedBuffer:
+    """A contiguous `shape` (`[B, K, ...]`) view filled with POISON and `guard` elements of GUARD_BITS on
+    either side (default: the most of `GUARD`, the view's size, and `GUARD_ROWS` rows `shape[2:]`)."""
+    poison, guard_bits = poison_bits(dtype)
+    n = 1
+    for s in shape:
+        n *= int(s)
+    if guard is None:
+        row = n // max(1, int(shape[0]) * int(shape[1])) if len(shape) >= 2 else 1
+        guard = max(GUARD, n, GUARD_ROWS * row)
+    int_dt = _INT_OF[torch.empty((), dtype=dtype).element_size()]
+    flat_bits = torch.full((n + 2 * guard,), guard_bits, dtype=int_dt, device=device)
+    flat_bits[guard: guard + n] = poison
+    flat = flat_bits.view(dtype)
+    return GuardedBuffer(view=flat[guard: guard + n].view(shape), flat=flat, guard=guard)
+
+
+def attach_output_buffers(inputs: Inputs) -> tuple[GuardedBuffer, GuardedBuffer]:
+    """Give `inputs` poisoned, guarded `out` and `lse_out` buffers; returns them (for the checks after)."""
+    c = inputs.case
+    B, K, Hq, D = c.batch_size, c.block_size, c.num_q_heads, c.head_dim
+    out = guarded_buffer((B, K, Hq, D), inputs.q.dtype, inputs.device)
+    lse = guarded_buffer((B, K, Hq), torch.float32, inputs.device)
+    inputs.out, inputs.lse_out = out.view, lse.view
+    return out, lse

@@ -46,6 +46,18 @@ def _nonneg_int(text: str) -> int:
     return v
 
 
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number of seconds, got {text!r}") from None
+        if not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number of seconds, got {text!r}")
+        return v
+    return parse
+
+
 def default_device() -> str:
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -76,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--report", default="parity-report", metavar="DIR", help="report directory (default: parity-report)")
     sp.add_argument("--database", default=None, metavar="DIR", help="hypothesis example database (default: none)")
     sp.add_argument("--no-hardening", action="store_true",
-                    help="skip the untouched-input and determinism checks (timing runs only)")
+                    help="skip the untouched-input, determinism, canary and output-buffer checks (timing runs only)")
+    sp.add_argument("--no-isolate", action="store_true",
+                    help="run the lowerings in this process (faster start, for debugging; a crash ends the run)")
+    sp.add_argument("--case-timeout", type=_positive_float("--case-timeout"), default=None, metavar="SECONDS",
+                    help="isolated runs: seconds a case may take before its worker is killed and the case "
+                         "fails as hung (default: 120)")
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
@@ -160,7 +177,10 @@ def _progress(quiet: bool):
 
 
 def _saved_failures(report_dir: Path, lowering: str):
+    """The lowering's saved failure files, then the case a previous run left in flight (its worker, or the
+    whole run, died on it)."""
     from oracle.case import Case
+    from parity.isolation import read_inflight
     from parity.report import failure_filename
 
     stem = failure_filename(lowering, 0)[: -len("-0.json")]
@@ -172,6 +192,9 @@ def _saved_failures(report_dir: Path, lowering: str):
                 out.append(Case.from_json_dict(data["case"], source=str(f)))
         except (OSError, ValueError, KeyError):
             continue  # an unreadable old file is not this run's input
+    inflight = read_inflight(report_dir / "inflight", lowering)
+    if inflight is not None and inflight not in out:
+        out.append(inflight)
     return out
 
 
@@ -189,23 +212,40 @@ def cmd_check(args) -> int:
     report_dir = Path(args.report)
     if report_dir.exists() and not report_dir.is_dir():
         raise InvalidInput("--report", f"{report_dir} exists and is not a directory")
+    if args.no_isolate and args.case_timeout is not None:
+        raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
     opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
-                      check_determinism=not args.no_hardening)
+                      check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening)
     yard = lowerings.get("sdpa")
+    executor = None
+    if not args.no_isolate:
+        from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
+        executor = IsolatedExecutor(plugins=args.plugin, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
+                                    case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT,
+                                    inflight_dir=report_dir / "inflight")
+    where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
     results = []
     t0 = time.perf_counter()
-    for n, lw in enumerate(selected, 1):
-        if not args.quiet:
-            print(f"[{n}/{len(selected)}] {lw.name} on {device} ({args.profile} profile)", file=sys.stderr, flush=True)
-        limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
-        strategy = cases(lw, limits=limits)
-        replay = _saved_failures(report_dir, lw.name)
-        rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard, replay=replay,
-                             progress=_progress(args.quiet), target=PROFILES[args.profile].target,
-                             seed=args.seed)
-        if not args.quiet and sys.stderr.isatty():
-            print(file=sys.stderr)
-        results.append(rep)
+    try:
+        for n, lw in enumerate(selected, 1):
+            if not args.quiet:
+                print(f"[{n}/{len(selected)}] {lw.name} on {device} ({args.profile} profile, {where})",
+                      file=sys.stderr, flush=True)
+            limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
+            strategy = cases(lw, limits=limits)
+            replay = _saved_failures(report_dir, lw.name)
+            rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
+                                 replay=replay, progress=_progress(args.quiet), target=PROFILES[args.profile].target,
+                                 seed=args.seed, executor=executor)
+            if not args.quiet and sys.stderr.isatty():
+                print(file=sys.stderr)
+            results.append(rep)
+    finally:
+        if executor is not None:
+            executor.close()
+    if executor is not None and not args.quiet:
+        print(f"isolated: {executor.workers_started} worker(s) started, {executor.crashes} case(s) crashed or hung "
+              f"one, {executor.worker_cpu_seconds:.1f} s of worker CPU", file=sys.stderr)
     for lw in selected:  # stale failure files of re-checked lowerings go; this run writes its own
         stem = report_mod.failure_filename(lw.name, 0)[: -len("-0.json")]
         for f in (report_dir / "failures").glob(f"{stem}-*.json"):
@@ -217,7 +257,8 @@ def cmd_check(args) -> int:
         for note in r.extra:
             print(f"\n{r.lowering}: {note}")
         for i, f in enumerate(r.failures, 1):
-            print(f"\n{r.lowering}: shrunk failing case -> {report_dir / 'failures' / report_mod.failure_filename(r.lowering, i)}")
+            what = "shrunk failing case" if f.shrunk else "failing case (not shrunk)"
+            print(f"\n{r.lowering}: {what} -> {report_dir / 'failures' / report_mod.failure_filename(r.lowering, i)}")
             print(f"  {f.outcome.case.short()}")
             for msg in f.outcome.failures:
                 print(f"  - {msg}")

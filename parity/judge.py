@@ -82,7 +82,7 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         return cmp
     o = out.detach().to(device=ref_out.device, dtype=torch.float64)
     r = ref_out.detach().to(torch.float64)
-    msg = nonfinite_message(f"{label} output", o, r, names4)
+    msg = nonfinite_message(label if label == "output" else f"{label} output", o, r, names4)
     if msg:
         cmp.failures.append(msg)
         cmp.margins["nonfinite"] = math.inf

@@ -98,21 +98,36 @@ def parity_profile(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture
 def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
-    """`parity_check(lowering, **case_fields) -> LoweringReport`: the sweep `dflash-parity check` runs;
-    skips when the lowering cannot run here, fails with the shrunk case's verdict."""
+    """`parity_check(lowering, max_examples=None, isolate=False, case_timeout=None, **case_fields)
+    -> LoweringReport`: the sweep `dflash-parity check` runs; skips when the lowering cannot run here,
+    fails with the shrunk case's verdict. `isolate=True` runs each case in a worker process (see
+    `parity.isolation`): a crash or a hang fails the test with the shrunk case instead of killing pytest
+    (the lowering must then be registered by name in a `--plugin` file or a built-in)."""
     import lowerings
     from parity.runner import RunOptions, check_lowering
     from strategies import PROFILES, cases, profile_settings
 
-    def run(lowering, max_examples: int | None = None, **fixed):
+    def run(lowering, max_examples: int | None = None, isolate: bool = False, case_timeout: float | None = None,
+            **fixed):
         ok, why = lowering.available(parity_device)
         if not ok:
             pytest.skip(f"{lowering.name} cannot run on {parity_device}: {why}")
         limits = lowering.case_limits(parity_device) if callable(getattr(lowering, "case_limits", None)) else None
         s = profile_settings(parity_profile, max_examples=max_examples or pytestconfig.getoption("--parity-max-examples"))
-        rep = check_lowering(lowering, parity_policy, strategy=cases(lowering, limits=limits, **fixed), settings=s,
-                             opts=RunOptions(device=parity_device), yardstick=lowerings.get("sdpa"),
-                             target=PROFILES[parity_profile].target)
+        opts = RunOptions(device=parity_device)
+        executor = None
+        if isolate:
+            from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
+            executor = IsolatedExecutor(plugins=pytestconfig.getoption("--plugin"),
+                                        tolerances=pytestconfig.getoption("--parity-tolerances"), opts=opts,
+                                        case_timeout=case_timeout or DEFAULT_CASE_TIMEOUT)
+        try:
+            rep = check_lowering(lowering, parity_policy, strategy=cases(lowering, limits=limits, **fixed), settings=s,
+                                 opts=opts, yardstick=lowerings.get("sdpa"), target=PROFILES[parity_profile].target,
+                                 executor=executor)
+        finally:
+            if executor is not None:
+                executor.close()
         if rep.status == "fail":
             lines = [f"{lowering.name} failed parity on {parity_device}:"] + [f"  {n}" for n in rep.extra]
             for f in rep.failures:

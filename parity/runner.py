@@ -12,16 +12,16 @@ import math
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from lowerings import counters
-from lowerings.protocol import Lowering, LoweringResult, lse_to_natural
+from lowerings.protocol import Lowering, LoweringResult, lse_to_natural, writes_given_output
 from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
-from oracle.inputs import Inputs, materialize
+from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
 from parity.judge import Comparison, compare
 from parity.policy import Policy
 
@@ -63,6 +63,20 @@ class CaseOutcome:
                 "compiles": dict(self.compiles), "seconds": round(self.seconds, 4),
                 "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CaseOutcome":
+        """The outcome `to_json` wrote (an isolated worker's answer): status, failures, calls, compiles,
+        comparisons with their figures and margins; the case rebuilt from its JSON."""
+        comps = [Comparison(c["label"], failures=list(c.get("failures", [])),
+                            figures={k: _unjson(v) for k, v in c.get("figures", {}).items()},
+                            margins={k: float(_unjson(v)) for k, v in c.get("margins", {}).items()})
+                 for c in data.get("comparisons", [])]
+        return cls(lowering=data["lowering"], case=Case.from_json_dict(data["case"], source="worker answer"),
+                   status=data["status"], failures=list(data.get("failures", [])), comparisons=comps,
+                   calls=dict(data.get("calls", {})), expected_calls=dict(data.get("expected_calls", {})),
+                   compiles=dict(data.get("compiles", {})), reason=data.get("reason", ""),
+                   seconds=float(data.get("seconds", 0.0)))
+
     def summary(self) -> str:
         if self.status == "unsupported":
             return f"unsupported: {self.reason}"
@@ -73,6 +87,17 @@ class CaseOutcome:
 
 def _finite(x: float) -> float | str:
     return x if math.isfinite(x) else "inf"
+
+
+def _unjson(x: Any) -> Any:
+    """The inverse of `_jsonable` on one value (lists and dicts included)."""
+    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
+        return float(x)
+    if isinstance(x, dict):
+        return {k: _unjson(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_unjson(v) for v in x]
+    return x
 
 
 def _jsonable(x: Any) -> Any:
@@ -102,6 +127,17 @@ class RunOptions:
     # GPU kernel names (torch.profiler) checked against a lowering's kernel_families(case) on one case
     # in `profile_every` (by seed); 0 turns it off.
     profile_every: int = 4
+    # A lowering that declares `writes_given_output` gets poisoned, guarded `out`/`lse_out` buffers and is
+    # checked to return them, to write every element and nothing past either end. Off: no buffers given.
+    check_output_buffers: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunOptions":
+        return cls(**data)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -148,6 +184,60 @@ def untouched_failures(case: Case, before: dict[str, torch.Tensor], inputs: Inpu
     return msgs
 
 
+def prepare_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str | None = None
+                   ) -> tuple[Inputs, tuple[GuardedBuffer, GuardedBuffer] | None]:
+    """The case's tensors for one call of `lowering`, with poisoned output buffers when it writes given ones."""
+    inputs = materialize(case, opts.device, canary=canary or opts.canary)
+    bufs = None
+    if opts.check_output_buffers and writes_given_output(lowering):
+        bufs = attach_output_buffers(inputs)
+    return inputs, bufs
+
+
+_WHERE_NAMES = ("request", "query", "head", "dim")
+
+
+def _where(shape: tuple[int, ...], flat: int) -> str:
+    idx = []
+    for n in reversed(shape):
+        idx.append(flat % n)
+        flat //= n
+    return ", ".join(f"{name} {i}" for name, i in zip(_WHERE_NAMES, reversed(idx)))
+
+
+def output_buffer_failures(result: LoweringResult, bufs: tuple[GuardedBuffer, GuardedBuffer]) -> list[str]:
+    """Messages when a `writes_given_output` lowering did not honour its buffers:
+
+    - the tensor it returned is not the buffer it was given (same storage, offset, shape, strides);
+    - an element of the buffer still holds the poison (never written), the first one named;
+    - a guard element before or after the buffer changed (written out of bounds).
+    """
+    msgs: list[str] = []
+    for label, given_name, res, buf in (("output", "out", result.out, bufs[0]), ("LSE", "lse_out", result.lse, bufs[1])):
+        if res is None and label == "LSE":
+            continue  # a lowering that returns no LSE need not write lse_out
+        view = buf.view
+        same = (res is not None and res.data_ptr() == view.data_ptr() and tuple(res.shape) == tuple(view.shape)
+                and tuple(res.stride()) == tuple(view.stride()) and res.dtype == view.dtype)
+        if not same:
+            msgs.append(f"{label}: returned a new tensor instead of writing the given output ({given_name})")
+        poison, guard = poison_bits(view.dtype)
+        bits = buf.int_bits(view.detach())
+        unwritten = bits == poison
+        n = int(unwritten.sum())
+        if n and same:  # a new tensor returned: the buffer was not the result; one message says so
+            first = int(unwritten.flatten().nonzero()[0])
+            row = first // (view.shape[3] if view.dim() == 4 else 1)  # -> (request, query, head)
+            msgs.append(f"{label} never written at {_where(tuple(view.shape[:3]), row)}: {n} element(s) of the "
+                        f"given {given_name} still hold the poison it was filled with")
+        for side, part in (("past the end of", buf.after()), ("before the start of", buf.before())):
+            changed = int((buf.int_bits(part) != guard).sum())
+            if changed:
+                msgs.append(f"{label}: wrote {changed} element(s) {side} the output ({given_name}, "
+                            f"{buf.guard} guard elements checked)")
+    return msgs
+
+
 def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),
              yardstick: Lowering | None = None) -> CaseOutcome:
     """Run `case` through `lowering` and judge it (see module docstring)."""
@@ -155,7 +245,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     why = lowering.supports(case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
-    inputs = materialize(case, opts.device, canary=opts.canary)
+    inputs, bufs = prepare_inputs(lowering, case, opts)
     tol = policy.for_lowering(lowering.name, case.dtype)
     ref = reference.attention(inputs)
     yard_out = None
@@ -170,6 +260,8 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         outcome.failures.append(str(err))
         outcome.seconds = time.perf_counter() - t0
         return outcome
+    if bufs is not None:
+        outcome.failures.extend(output_buffer_failures(result, bufs))
     comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out)
     outcome.comparisons = comparisons
     for c in comparisons:
@@ -190,6 +282,9 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         outcome.status = "fail"
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+_module_run_case = run_case  # check_lowering rebinds the name `run_case` locally (see there)
 
 
 def _differing_requests(a: torch.Tensor, b: torch.Tensor) -> list[int]:
@@ -220,7 +315,7 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     """
     msgs: list[str] = []
     other = "large" if opts.canary != "large" else "nan"
-    second_in = materialize(case, opts.device, canary=other)
+    second_in, _ = prepare_inputs(lowering, case, opts, other)
     try:
         second = _call(lowering, second_in, CaseOutcome(lowering.name, case, "pass"))
     except LoweringError as err:
@@ -232,12 +327,12 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     same_lse = first.lse is None or second.lse is None or torch.equal(_bits(second.lse), _bits(first.lse))
     if not (same_out and same_lse):
         try:
-            third = _call(lowering, materialize(case, opts.device, canary=opts.canary),
-                          CaseOutcome(lowering.name, case, "pass"))
+            third = _call(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
             return [f"third run: {err}"]
         try:
-            fourth = _call(lowering, materialize(case, opts.device, canary=other), CaseOutcome(lowering.name, case, "pass"))
+            fourth = _call(lowering, prepare_inputs(lowering, case, opts, other)[0],
+                           CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
             return [f"fourth run: {err}"]
         if torch.equal(_bits(third.out), _bits(first.out)) and torch.equal(_bits(fourth.out), _bits(second.out)):
@@ -250,7 +345,7 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
         return msgs
     B = case.batch_size
     if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0:
-        pert = materialize(case, opts.device, canary=opts.canary)
+        pert, _ = prepare_inputs(lowering, case, opts)
         _negate_context(pert, B - 1)
         try:
             res = _call(lowering, pert, CaseOutcome(lowering.name, case, "pass"))
@@ -266,7 +361,7 @@ def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions) -> lis
     """Run once more under torch.profiler; the CUDA kernel names must match the lowering's declaration."""
     from torch.profiler import ProfilerActivity, profile
 
-    inputs = materialize(case, opts.device, canary=opts.canary)
+    inputs, _ = prepare_inputs(lowering, case, opts)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         try:
@@ -417,12 +512,53 @@ class _CaseFailed(Exception):
         self.outcome = outcome
 
 
+def _case_failures(err: BaseException) -> list["_CaseFailed"]:
+    """The `_CaseFailed` exceptions inside `err` (hypothesis's Flaky errors group them)."""
+    if isinstance(err, _CaseFailed):
+        return [err]
+    found: list[_CaseFailed] = []
+    for sub in getattr(err, "exceptions", ()) or ():
+        found += _case_failures(sub)
+    if not found and err.__cause__ is not None:
+        found = _case_failures(err.__cause__)
+    return found
+
+
+def _executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
+    """`run_case`'s signature over `executor.run` (supports() is asked here: no round trip for it)."""
+    def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
+        why = lowering.supports(case)
+        if why:
+            return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+        return executor.run(lowering.name, case)
+    return run
+
+
+class CaseExecutor(Protocol):
+    """Where `check_lowering` runs a case: in process (the default) or in a worker (parity.isolation)."""
+
+    def run(self, lowering_name: str, case: Case) -> CaseOutcome: ...
+
+
 def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
                    yardstick: Lowering | None = None, replay: list[Case] = (),
                    progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
-                   target: bool = False, seed: int | None = None) -> LoweringReport:
-    """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded."""
+                   target: bool = False, seed: int | None = None,
+                   executor: CaseExecutor | None = None) -> LoweringReport:
+    """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded.
+
+    `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
+    `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
+    that survives the lowering crashing or hanging; None runs `run_case` in this process. Either way a
+    failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
+    """
     from hypothesis import given, target as hyp_target
+    from hypothesis.errors import Flaky
+
+    # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
+    # draws from the test function's source, so `prop` below keeps the exact text it always had and a
+    # given profile draws the same cases in process and isolated.
+    run_case = _module_run_case if executor is None else _executor_run_case(executor)
 
     t0 = time.perf_counter()
     report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
@@ -462,6 +598,13 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         prop()
     except _CaseFailed as err:
         report.failures.append(Failure(err.outcome, shrunk=True))
+    except Flaky as err:  # failed, then passed on hypothesis's replay: a timing-dependent crash or hang, a race
+        failed = _case_failures(err)
+        if not failed:
+            raise
+        report.failures.append(Failure(failed[0].outcome, shrunk=False))
+        report.extra.append(f"flaky: the case below failed, then passed when hypothesis replayed it "
+                            f"({failed[0].outcome.failures[0][:120]}); not shrunk")
     msg = compile_budget_message(lowering, report)
     if msg:
         report.extra.append(msg)

@@ -1,0 +1,343 @@
+"""Crash isolation: run each case in a persistent worker process that may die without ending the run.
+
+A lowering under test can kill its process (a segfault in a kernel, an abort, `os._exit`, a hang). In
+process, that ends the whole `check`: no report, no shrunk case. `IsolatedExecutor.run(lowering, case)`
+instead sends the case to a worker process, which imports the framework, loads the same plugin files,
+runs `parity.runner.run_case` and answers with the outcome as JSON (`CaseOutcome.to_json`). When the
+worker dies (a signal, a nonzero exit) or gives no answer within `case_timeout` seconds, the case is a
+failure of the lowering ("crashed: worker killed by SIGSEGV (signal 11) while running this case",
+"hung: no result after 5 s; worker killed"), the worker is replaced and the run goes on. The failing
+outcome is raised inside hypothesis's test function like any other, so a crashing case is shrunk too
+(each replay in a fresh worker where the last one died).
+
+Before each case is sent, it is written atomically to `<inflight_dir>/<lowering>.json`, so that it is on
+disk even if everything dies (the machine, the parent, the OOM killer); the file is removed when the
+worker answers and kept when the worker died on it (`dflash-parity check` replays it first next time).
+
+Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
+(`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
+torch import. The fork server never touches CUDA; each worker initializes its own device.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from oracle.case import Case
+from parity.runner import CaseOutcome, RunOptions
+
+DEFAULT_CASE_TIMEOUT = 120.0
+STARTUP_TIMEOUT = 300.0  # importing torch (and, on a GPU, initializing CUDA) on a loaded machine
+_PRELOAD = ["torch", "parity.runner", "parity.isolation", "lowerings.builtins"]
+
+
+class WorkerError(RuntimeError):
+    """The worker could not start, or the framework itself (not the lowering) raised in it."""
+
+
+def _context() -> mp.context.BaseContext:
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        return ctx
+    return mp.get_context("spawn")
+
+
+def describe_exit(code: int | None) -> str:
+    """`killed by SIGSEGV (signal 11)`, `exited with code 3`, ... for a worker's exit code."""
+    if code is None:
+        return "closed its connection without answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the OOM killer or a SIGKILL from outside?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name} (signal {-code}){hint}"
+    return f"exited with code {code} without answering"
+
+
+def _inflight_name(lowering: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
+    return f"{safe}.json"
+
+
+def inflight_path(inflight_dir: str | Path, lowering: str) -> Path:
+    return Path(inflight_dir) / _inflight_name(lowering)
+
+
+def read_inflight(inflight_dir: str | Path, lowering: str) -> Case | None:
+    """The case a previous run left in flight for `lowering` (it died on it), or None."""
+    path = inflight_path(inflight_dir, lowering)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("lowering") != lowering:
+            return None
+        return Case.from_json_dict(data["case"], source=str(path))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class IsolatedExecutor:
+    """Runs cases in a persistent worker process (see the module docstring).
+
+    - `plugins`: plugin files the worker loads (the same `--plugin` files as the parent);
+    - `tolerances`: the tolerance file (None: the packaged one);
+    - `opts`: the `RunOptions` of every case; `yardstick`: the yardstick lowering's name (or None);
+    - `case_timeout`: seconds a case may take, from sending it to the answer, before the worker is killed;
+    - `inflight_dir`: where the case in flight is written (None: nowhere);
+    - `num_threads`: torch's intra-op threads in the worker (default: the parent's).
+    """
+
+    def __init__(self, *, plugins: list[str] = (), tolerances: str | None = None, opts: RunOptions = RunOptions(),
+                 yardstick: str | None = "sdpa", case_timeout: float = DEFAULT_CASE_TIMEOUT,
+                 inflight_dir: str | Path | None = None, num_threads: int | None = None,
+                 startup_timeout: float = STARTUP_TIMEOUT):
+        import torch
+
+        if not case_timeout > 0:
+            raise ValueError(f"--case-timeout: a positive number of seconds, got {case_timeout!r}")
+        self.plugins = [str(Path(p).resolve()) for p in plugins]
+        self.tolerances = str(Path(tolerances).resolve()) if tolerances else None
+        self.opts = opts
+        self.yardstick = yardstick
+        self.case_timeout = float(case_timeout)
+        self.startup_timeout = float(startup_timeout)
+        self.inflight_dir = Path(inflight_dir) if inflight_dir is not None else None
+        self.num_threads = num_threads or torch.get_num_threads()
+        cuda_device = None
+        if opts.device == "cuda" and torch.cuda.is_available():
+            cuda_device = torch.cuda.current_device()
+        self.cuda_device = cuda_device
+        self._ctx = _context()
+        self._proc = None
+        self._conn = None
+        self.workers_started = 0
+        self.crashes = 0  # cases that crashed or hung their worker
+        self._cpu_done = 0.0  # CPU seconds of the workers that are gone
+        self._cpu_now = 0.0  # the current worker's, as of its last answer
+
+    # ---- the worker's life ----------------------------------------------------------------------------
+    def _init_message(self) -> dict[str, Any]:
+        return {"plugins": self.plugins, "tolerances": self.tolerances, "opts": self.opts.to_dict(),
+                "yardstick": self.yardstick, "num_threads": self.num_threads, "cuda_device": self.cuda_device,
+                "sys_path": [p for p in sys.path if p]}
+
+    def _start(self) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child_conn, self._init_message()),
+                                 name="dflash-parity-worker", daemon=True)
+        # multiprocessing re-runs the parent's main script in a spawned/forkserver child unless told
+        # otherwise; the worker needs nothing from it (and a script without a __main__ guard would run
+        # again), so it starts under a bare __main__.
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            proc.start()
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+        child_conn.close()
+        self._proc, self._conn = proc, parent_conn
+        self.workers_started += 1
+        if not parent_conn.poll(self.startup_timeout):
+            self._kill()
+            raise WorkerError(f"the isolated worker did not start within {self.startup_timeout:.0f} s")
+        try:
+            msg = parent_conn.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            raise WorkerError(f"the isolated worker died while starting: it {describe_exit(code)}") from None
+        if "error" in msg:
+            self._kill()
+            raise WorkerError(msg["error"])
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def _reap(self, wait: float = 5.0) -> int | None:
+        """Wait for a dying worker; kill it if it lingers. Returns its exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        proc.join(wait)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join(wait)
+            code = None
+        else:
+            code = proc.exitcode
+        self._drop()
+        return code
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._reap()
+
+    @property
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds the workers spent (as of their last answers; a worker's time on the case that killed
+        it is not counted). `time dflash-parity check` does not see it: workers are not its children."""
+        return self._cpu_done + self._cpu_now
+
+    def _drop(self) -> None:
+        self._cpu_done += self._cpu_now
+        self._cpu_now = 0.0
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        if self._proc is not None:
+            try:
+                self._proc.close()
+            except ValueError:  # still running: it was killed above, close() is best effort
+                pass
+        self._proc, self._conn = None, None
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force)."""
+        if self._conn is not None and self._alive():
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+            self._proc.join(5)
+        if self._proc is not None:
+            self._kill()
+
+    def __enter__(self) -> "IsolatedExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- the in-flight file ---------------------------------------------------------------------------
+    def _write_inflight(self, lowering: str, case: Case) -> Path | None:
+        if self.inflight_dir is None:
+            return None
+        from parity.report import atomic_write
+
+        path = inflight_path(self.inflight_dir, lowering)
+        atomic_write(path, json.dumps({"lowering": lowering, "case": case.to_json_dict(),
+                                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                       "note": "the case this lowering's worker was running; kept when it died"},
+                                      indent=2) + "\n")
+        return path
+
+    @staticmethod
+    def _remove(path: Path | None) -> None:
+        if path is not None:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    # ---- one case ---------------------------------------------------------------------------------------
+    def run(self, lowering_name: str, case: Case) -> CaseOutcome:
+        """Run `case` through the lowering named `lowering_name` in the worker; see the module docstring."""
+        if not self._alive():
+            if self._proc is not None:  # died between cases (a thread the lowering left behind?)
+                self._reap()
+            self._start()
+        path = self._write_inflight(lowering_name, case)
+        t0 = time.perf_counter()
+        try:
+            self._conn.send({"lowering": lowering_name, "case": case.to_json_dict()})
+            answered = self._conn.poll(self.case_timeout)
+        except KeyboardInterrupt:
+            self._remove(path)  # interrupted, not crashed: no case to replay
+            self._kill()
+            raise
+        except OSError:  # the pipe broke: the worker is gone
+            answered = True
+        if not answered:
+            self._kill()
+            self.crashes += 1
+            return self._crash(lowering_name, case, f"hung: no result after {self.case_timeout:g} s; worker killed",
+                               time.perf_counter() - t0)
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            self.crashes += 1
+            return self._crash(lowering_name, case, f"crashed: worker {describe_exit(code)} while running this case",
+                               time.perf_counter() - t0)
+        self._remove(path)
+        self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
+        if "error" in msg:
+            raise WorkerError(f"{lowering_name} on {case.short()}: {msg['error']}\n{msg.get('traceback', '')}")
+        return CaseOutcome.from_json(msg["outcome"])
+
+    @staticmethod
+    def _crash(lowering: str, case: Case, message: str, seconds: float) -> CaseOutcome:
+        return CaseOutcome(lowering, case, "fail", failures=[message], seconds=seconds)
+
+
+# ---- the worker -------------------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the process that forked this one (the fork server) goes away."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:  # best effort
+        pass
+
+
+def _worker_main(conn, init: dict[str, Any]) -> None:
+    """The worker loop: start-up from `init`, then one `{"lowering", "case"}` request at a time."""
+    _die_with_parent()
+    for p in reversed(init.get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        import torch
+
+        torch.set_num_threads(int(init["num_threads"]))
+        import lowerings
+        from parity import policy as policy_mod
+        from parity.runner import run_case
+
+        lowerings.names()
+        for path in init["plugins"]:
+            lowerings.load_plugin(path)
+        pol = policy_mod.load(init["tolerances"])
+        opts = RunOptions.from_dict(init["opts"])
+        if opts.device == "cuda" and init.get("cuda_device") is not None:
+            torch.cuda.set_device(int(init["cuda_device"]))
+        yard = lowerings.get(init["yardstick"]) if init.get("yardstick") else None
+    except BaseException as err:  # noqa: BLE001  (reported to the parent, which raises it)
+        conn.send({"error": f"worker start-up failed: {type(err).__name__}: {err}"})
+        return
+    conn.send({"ready": True, "pid": os.getpid()})
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if msg is None:
+            return
+        try:
+            lw = lowerings.get(msg["lowering"])
+            case = Case.from_json_dict(msg["case"], source="parent")
+            out = run_case(lw, case, pol, opts, yard)
+            answer = {"outcome": out.to_json()}
+        except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)
+            answer = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        answer["cpu_s"] = time.process_time()
+        conn.send(answer)
