@@ -24,26 +24,24 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _positive_int(name: str):
+def _int_at_least(name: str, minimum: int, expected: str):
+    """An argparse type: an integer >= `minimum`, else "NAME must be EXPECTED, got 'TEXT'"."""
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+            v = None
+        if v is None or v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be {expected}, got {text!r}")
         return v
     return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}")
-    return v
+def _positive_int(name: str):
+    return _int_at_least(name, 1, "a positive integer")
+
+
+_nonneg_int = _int_at_least("--seed", 0, "an integer >= 0")
 
 
 def _positive_float(name: str):

@@ -177,3 +177,13 @@ def _toml():
     import tomllib
 
     return tomllib.loads(open(policy_mod.DEFAULT_PATH).read())
+
+
+def test_relative_lse_bound_still_catches_a_base_mix_up(ref):
+    """The measured relative term (fa2 kernels) must not hide an LSE in the wrong base."""
+    from dataclasses import replace
+
+    loose = replace(TOL, lse_rel=2.5e-3)
+    assert compare("output", ref.out, ref.lse * (1 + 2e-3), ref.out, ref.lse, dtype="bfloat16", tol=loose).passed
+    c = compare("output", ref.out, ref.lse * math.log(2), ref.out, ref.lse, dtype="bfloat16", tol=loose)
+    assert any("converted twice" in f for f in c.failures), c.failures
