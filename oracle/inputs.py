@@ -121,8 +121,18 @@ def _dequantize(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x.float() * scale if x.dtype == TORCH_DTYPES["float8_e4m3fn"] else x.float()
 
 
-def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str = "nan") -> Inputs:
-    """Build a case's tensors on `device`, deterministically from `case.seed` (see module docstring)."""
+BUILDS = ("auto", "host", "device")
+
+
+def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str = "nan", build: str = "auto") -> Inputs:
+    """Build a case's tensors on `device`, deterministically from `case.seed` (see module docstring).
+
+    `build="host"` draws the values from a CPU generator and copies them over (the same values on every
+    device); `"device"` draws them from a generator on `device` and writes the pool there, one request
+    at a time (nothing of the pool's size crosses from the host; values differ from the host build's
+    but are just as deterministic on that device type); `"auto"` (default) is `"device"` on CUDA and
+    `"host"` on CPU. Either way the values do not depend on the pages, layout or block storage.
+    """
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as err:
@@ -131,6 +141,10 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         raise InvalidInput("device", "'cuda' was asked for but torch sees no CUDA device here")
     if canary not in CANARIES:
         raise InvalidInput("canary", f"one of {CANARIES}, got {canary!r}")
+    if build not in BUILDS:
+        raise InvalidInput("build", f"one of {BUILDS}, got {build!r}")
+    if build == "device" or (build == "auto" and device.type == "cuda"):
+        return _materialize_on_device(case, device, canary)
     c = case
     dt, kvdt = torch_dtype(c.dtype), torch_dtype(c.kv_dtype)
     B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
@@ -177,19 +191,9 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         k_pool = k_pool.permute(0, 2, 1, 3).contiguous()
         v_pool = v_pool.permute(0, 2, 1, 3).contiguous()
 
-    # Page table: owned pages in order, then a spare page (or page 0 when the pool has none).
-    spare = c.spare_pages()
-    filler = spare[0] if spare else 0
-    cols = max(1, c.max_pages_per_request)
-    pt_dtype = torch_dtype(c.page_table_dtype)
-    table = torch.full((B, cols + c.page_table_pad), filler, dtype=pt_dtype)
-    for b, row in enumerate(c.pages):
-        table[b, : len(row)] = torch.tensor(row, dtype=pt_dtype)
-    if c.page_table_pad:
-        # Columns past the view hold ids far outside the pool: reading through the row stride shows.
-        table[:, cols:] = -(2**31) if pt_dtype == torch.int32 else -(2**40)
-    table = table.to(device)
-    page_table = table[:, :cols]
+    # Page table: owned pages in order, then a spare page (or page 0 when the pool has none); columns
+    # past a padded view hold ids far outside the pool, so reading through the row stride shows.
+    page_table = _page_table(c, device)
 
     return Inputs(
         case=c,
@@ -202,6 +206,74 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         k_block=k_block.to(device),
         v_block=v_block.to(device),
         canary=canary,
+    )
+
+
+def _page_table(c: Case, device: torch.device) -> torch.Tensor:
+    """Owned pages in order, then a spare page (or page 0); a strided row view when `page_table_pad`."""
+    spare = c.spare_pages()
+    filler = spare[0] if spare else 0
+    cols = max(1, c.max_pages_per_request)
+    pt_dtype = torch_dtype(c.page_table_dtype)
+    table = torch.full((c.batch_size, cols + c.page_table_pad), filler, dtype=pt_dtype)
+    for b, row in enumerate(c.pages):
+        table[b, : len(row)] = torch.tensor(row, dtype=pt_dtype)
+    if c.page_table_pad:
+        table[:, cols:] = -(2**31) if pt_dtype == torch.int32 else -(2**40)
+    return table.to(device)[:, :cols]
+
+
+def _filled(shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`torch.full` in any dtype (fp8 through its byte pattern), without an fp32 tensor of the same size."""
+    if dtype == TORCH_DTYPES["float8_e4m3fn"]:
+        byte = torch.tensor([value], dtype=torch.float32).to(dtype).view(torch.uint8).item()
+        return torch.full(shape, byte, dtype=torch.uint8, device=device).view(dtype)
+    return torch.full(shape, value, dtype=dtype, device=device)
+
+
+def _materialize_on_device(c: Case, device: torch.device, canary: str) -> Inputs:
+    """The device build (see `materialize`): draw order q, block K, block V, then per request K, V."""
+    dt, kvdt = torch_dtype(c.dtype), torch_dtype(c.kv_dtype)
+    B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
+    gen = torch.Generator(device=device).manual_seed(c.seed)
+    q = torch.randn((B, K, Hq, D), generator=gen, device=device)
+    k_blk = torch.randn((B, K, Hkv, D), generator=gen, device=device)
+    v_blk = torch.randn((B, K, Hkv, D), generator=gen, device=device)
+    is_fp8 = kvdt == TORCH_DTYPES["float8_e4m3fn"]
+    if is_fp8:
+        k_blk = _dequantize(_quantize(k_blk * c.k_scale, kvdt, c.k_scale), c.k_scale)
+        v_blk = _dequantize(_quantize(v_blk * c.v_scale, kvdt, c.v_scale), c.v_scale)
+    k_block, v_block = k_blk.to(dt), v_blk.to(dt)
+    del k_blk, v_blk
+    shape = (c.num_pages, ps, Hkv, D) if c.layout == "NHD" else (c.num_pages, Hkv, ps, D)
+    fill = canary_value(canary, kvdt)
+    k_pool = _filled(shape, fill, kvdt, device)
+    v_pool = _filled(shape, fill, kvdt, device)
+
+    def put(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, x: torch.Tensor) -> None:
+        if c.layout == "NHD":
+            pool[pid, slot] = x
+        else:
+            pool[pid, :, slot] = x
+
+    for b, L in enumerate(c.context_lens):
+        row = torch.tensor(c.pages[b], dtype=torch.long, device=device)
+        if L:
+            t = torch.arange(L, device=device)
+            pid, slot = row[t // ps], t % ps
+            for pool, scale in ((k_pool, c.k_scale), (v_pool, c.v_scale)):
+                x = torch.randn((L, Hkv, D), generator=gen, device=device)
+                put(pool, pid, slot, _quantize(x * scale if is_fp8 else x, kvdt, scale))
+                del x
+        if c.block_storage == "appended":
+            t = torch.arange(L, L + K, device=device)
+            pid, slot = row[t // ps], t % ps
+            put(k_pool, pid, slot, _quantize(k_block[b].float(), kvdt, c.k_scale))
+            put(v_pool, pid, slot, _quantize(v_block[b].float(), kvdt, c.v_scale))
+    return Inputs(
+        case=c, q=q.to(dt), k_pool=k_pool, v_pool=v_pool, page_table=_page_table(c, device),
+        context_lens=torch.tensor(c.context_lens, dtype=torch.int32, device=device),
+        context_lens_host=tuple(c.context_lens), k_block=k_block, v_block=v_block, canary=canary,
     )
 
 

@@ -118,27 +118,57 @@ def check_inputs(inputs: Inputs) -> None:
         raise InvalidInput("context_lens", f"an int32 tensor of shape [{B}] on {device}, got {cl.dtype} {tuple(cl.shape)} on {cl.device}")
 
 
+ENGINES = ("auto", "torch", "triton")
+
+
 def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
-              precision: torch.dtype = torch.float32, chunk: int = DEFAULT_CHUNK) -> OracleResult:
+              future_block_keys_right: int | None = None, precision: torch.dtype = torch.float32,
+              chunk: int = DEFAULT_CHUNK, engine: str = "auto") -> OracleResult:
     """Oracle attention of a case: `O [B, K, Hq, D]` and natural-log `LSE [B, K, Hq]` in `precision`.
 
     `window` overrides the case's `(left, right)` (e.g. `(W-1, 0)` for part A of a windowed merge);
-    `key_mask`, boolean and broadcastable to `[B, K, Hq, T]` over absolute key positions
-    `T = max_b L_b + K`, restricts each row to a key subset (a lowering's partial). `chunk` keys are
-    scored at a time.
+    `future_block_keys_right` restricts each query `i` to the later block keys `i < j <= min(K-1,
+    i + right)` (part B, -1 unbounded); `key_mask`, boolean and broadcastable to `[B, K, Hq, T]` over
+    absolute key positions `T = max_b L_b + K`, restricts each row to any other key subset.
+
+    `engine`: `"torch"` scores `chunk` keys at a time with torch ops (fp32 or fp64, any device, any
+    key mask); `"triton"` is one fp32-exact Triton kernel (`oracle/_fast.py`: exact products, fp32
+    sums, no TF32) for fp32 without an explicit `key_mask`, compiled on a GPU or interpreted on a CPU;
+    `"auto"` (default) takes the Triton engine on CUDA where it applies, else torch.
     """
     check_inputs(inputs)
     if precision not in (torch.float32, torch.float64):
         raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
     if not isinstance(chunk, int) or chunk < 1:
         raise InvalidInput("chunk", f"a positive integer, got {chunk!r}")
+    if engine not in ENGINES:
+        raise InvalidInput("engine", f"one of {ENGINES}, got {engine!r}")
     c = inputs.case
     B, K, Hq, Hkv, D = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim
     G, T = c.group_size, c.max_keys
     window = tuple(window) if window is not None else c.window
     if len(window) != 2 or any((not isinstance(w, int)) or w < -1 for w in window):
         raise InvalidInput("window", f"a pair (left, right) of integers >= -1, got {window!r}")
+    fbk = future_block_keys_right
+    if fbk is not None and (not isinstance(fbk, int) or isinstance(fbk, bool) or fbk < -1):
+        raise InvalidInput("future_block_keys_right", f"None or an integer >= -1, got {fbk!r}")
     dev = inputs.q.device
+    if engine == "auto":
+        engine = "triton" if (dev.type == "cuda" and precision == torch.float32 and key_mask is None
+                              and _triton_engine_ready(dev)) else "torch"
+    if engine == "triton":
+        if precision != torch.float32:
+            raise InvalidInput("precision", f"torch.float32 with engine='triton' (fp64: engine='torch'), got {precision}")
+        if key_mask is not None:
+            raise InvalidInput("key_mask", "None with engine='triton' (an explicit key mask needs engine='torch')")
+        if not _triton_engine_ready(dev):
+            raise InvalidInput("engine", f"'torch' for tensors on {dev}: the Triton engine needs triton and "
+                               "CUDA tensors (or, for CPU tensors, TRITON_INTERPRET=1 set before triton is imported)")
+        from oracle._fast import attention_triton
+
+        with _exact_fp32_matmul():
+            out, lse = attention_triton(inputs, window, fbk)
+        return OracleResult(out=out, lse=lse)
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
             raise InvalidInput("key_mask", "a boolean tensor broadcastable to [B, K, Hq, T]")
@@ -146,6 +176,9 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
             key_mask = key_mask.to(dev).expand(B, K, Hq, T)
         except RuntimeError:
             raise InvalidInput("key_mask", f"broadcastable to [B={B}, K={K}, Hq={Hq}, T={T}], got {tuple(key_mask.shape)}") from None
+    if fbk is not None:
+        fmask = future_block_keys_mask(c, fbk).to(dev).expand(B, K, Hq, T)
+        key_mask = fmask if key_mask is None else (key_mask & fmask)
 
     lens = inputs.context_lens.to(torch.long)
     q = inputs.q.to(precision).view(B, K, Hkv, G, D)
@@ -180,6 +213,18 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     out = out.permute(0, 3, 1, 2, 4).reshape(B, K, Hq, D)
     lse = lse.permute(0, 3, 1, 2).reshape(B, K, Hq)
     return OracleResult(out=out, lse=lse)
+
+
+def _triton_engine_ready(device: torch.device) -> bool:
+    """Triton importable, and the tensors on CUDA, or on the CPU with the interpreter switched on."""
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    import os
+
+    interpreted = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    return device.type == "cuda" or (device.type == "cpu" and interpreted)
 
 
 def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype):

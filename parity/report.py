@@ -13,6 +13,7 @@ atomically (a temporary file renamed into place), so a crash never leaves half a
         "compiles": {kernel: int}, "compile_families": int, "max_compiles_in_a_family": int,
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
+        "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
@@ -83,6 +84,7 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             "compiles": dict(r.compiles), "compile_families": len(r.compile_families),
             "max_compiles_in_a_family": max(r.compile_families.values(), default=0), "max_compiles": r.max_compiles,
             "classes": r.classes, "notes": list(r.extra), "failures": fails,
+            "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
         })
     return out
 
@@ -154,6 +156,17 @@ def format_table(rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def phase_line(v: dict[str, Any]) -> str:
+    """`"5.1 cases/s; build 12%, oracle 4%, lowering 40%, ..."` from a lowering's report entry ('' if none)."""
+    ph = {k: float(x) for k, x in (v.get("phase_seconds") or {}).items() if float(x) > 0}
+    total = sum(ph.values())
+    if not total:
+        return ""
+    run = v.get("cases", 0) - v.get("unsupported", 0)
+    rate = f"{run / v['seconds']:.1f} cases/s; " if v.get("seconds") else ""
+    return rate + ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in sorted(ph.items(), key=lambda kv: -kv[1]))
+
+
 def summary_md(data: dict[str, Any]) -> str:
     lows = data["lowerings"]
     failed = [n for n, v in lows.items() if v["status"] == "fail"]
@@ -174,6 +187,10 @@ def summary_md(data: dict[str, Any]) -> str:
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
             lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
+    for name, v in lows.items():
+        line = phase_line(v)
+        if line:
+            lines.append(f"- `{name}` time: {line}")
     for name in failed:
         v = lows[name]
         lines += ["", f"## `{name}` failed", ""]

@@ -40,6 +40,7 @@ class CaseOutcome:
     compiles: dict[str, int] = field(default_factory=dict)
     reason: str = ""
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
 
     @property
     def passed(self) -> bool:
@@ -61,6 +62,7 @@ class CaseOutcome:
                 "failures": self.failures, "reason": self.reason, "margin": _finite(self.margin),
                 "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
                 "compiles": dict(self.compiles), "seconds": round(self.seconds, 4),
+                "phases": {k: round(v, 5) for k, v in self.phases.items()},
                 "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
 
     @classmethod
@@ -75,7 +77,8 @@ class CaseOutcome:
                    status=data["status"], failures=list(data.get("failures", [])), comparisons=comps,
                    calls=dict(data.get("calls", {})), expected_calls=dict(data.get("expected_calls", {})),
                    compiles=dict(data.get("compiles", {})), reason=data.get("reason", ""),
-                   seconds=float(data.get("seconds", 0.0)))
+                   seconds=float(data.get("seconds", 0.0)),
+                   phases={k: float(v) for k, v in data.get("phases", {}).items()})
 
     def summary(self) -> str:
         if self.status == "unsupported":
@@ -108,6 +111,27 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     return x
+
+
+PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names")
+"""Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
+usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
+lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiled run that
+reads GPU kernel names."""
+
+
+class _Phase:
+    """`with _Phase(outcome, "oracle"): ...` adds the block's wall seconds to `outcome.phases`."""
+
+    def __init__(self, outcome: "CaseOutcome", name: str) -> None:
+        self.outcome, self.name = outcome, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        dt = time.perf_counter() - self.t0
+        self.outcome.phases[self.name] = self.outcome.phases.get(self.name, 0.0) + dt
 
 
 class LoweringError(Exception):
@@ -245,39 +269,47 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     why = lowering.supports(case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
-    inputs, bufs = prepare_inputs(lowering, case, opts)
+    outcome = CaseOutcome(lowering.name, case, "pass")
+    with _Phase(outcome, "build"):
+        inputs, bufs = prepare_inputs(lowering, case, opts)
     tol = policy.for_lowering(lowering.name, case.dtype)
-    ref = reference.attention(inputs)
+    with _Phase(outcome, "oracle"):
+        ref = reference.attention(inputs)
     yard_out = None
     if opts.yardstick and yardstick is not None:
-        yard_out = yardstick.run(inputs.clone()).out
-    outcome = CaseOutcome(lowering.name, case, "pass")
-    before = {k: v.clone() for k, v in inputs.tensors().items()} if opts.check_inputs_untouched else None
+        with _Phase(outcome, "yardstick"):
+            yard_out = yardstick.run(inputs.clone()).out
+    with _Phase(outcome, "build"):
+        before = {k: v.clone() for k, v in inputs.tensors().items()} if opts.check_inputs_untouched else None
     try:
-        result = _call(lowering, inputs, outcome)
+        with _Phase(outcome, "lowering"):
+            result = _call(lowering, inputs, outcome)
     except LoweringError as err:
         outcome.status = "fail"
         outcome.failures.append(str(err))
         outcome.seconds = time.perf_counter() - t0
         return outcome
-    if bufs is not None:
-        outcome.failures.extend(output_buffer_failures(result, bufs))
-    comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out)
-    outcome.comparisons = comparisons
-    for c in comparisons:
-        outcome.failures.extend(c.failures)
-    if opts.check_calls:
-        outcome.expected_calls = dict(lowering.expected_calls(case))
-        msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
-        if msg:
-            outcome.failures.append(msg)
-    if before is not None:
-        outcome.failures.extend(untouched_failures(case, before, inputs))
+    with _Phase(outcome, "judge"):
+        if bufs is not None:
+            outcome.failures.extend(output_buffer_failures(result, bufs))
+        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out)
+        outcome.comparisons = comparisons
+        for c in comparisons:
+            outcome.failures.extend(c.failures)
+        if opts.check_calls:
+            outcome.expected_calls = dict(lowering.expected_calls(case))
+            msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
+            if msg:
+                outcome.failures.append(msg)
+        if before is not None:
+            outcome.failures.extend(untouched_failures(case, before, inputs))
     if opts.check_determinism and not outcome.failures:
-        outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol))
+        with _Phase(outcome, "hardening"):
+            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol))
     if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
             and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures):
-        outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
+        with _Phase(outcome, "kernel_names"):
+            outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
     if outcome.failures:
         outcome.status = "fail"
     outcome.seconds = time.perf_counter() - t0
@@ -402,10 +434,8 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
     comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
                      yardstick_out=yard_out)]
     for name, part in result.partials.items():
-        mask = part.key_mask
-        if part.future_block_keys_right is not None:
-            mask = reference.future_block_keys_mask(case, part.future_block_keys_right)
-        pref = reference.attention(inputs, window=part.window, key_mask=mask)
+        pref = reference.attention(inputs, window=part.window, key_mask=part.key_mask,
+                                   future_block_keys_right=part.future_block_keys_right)
         comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
                              pref.out, pref.lse, dtype=case.dtype, tol=tol))
     return comps
@@ -462,6 +492,7 @@ class LoweringReport:
     max_compiles: int | None = None
     seconds: float = 0.0
     extra: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
 
     @property
     def worst_margin(self) -> float:
@@ -469,6 +500,8 @@ class LoweringReport:
 
     def absorb(self, out: CaseOutcome, family: tuple | None = None) -> None:
         self.cases += 1
+        for k, v in out.phases.items():
+            self.phases[k] = self.phases.get(k, 0.0) + v
         if out.status == "unsupported":
             self.unsupported += 1
             return

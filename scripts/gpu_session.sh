@@ -16,9 +16,28 @@ if [ -f .fib/fi_aot.tar.xz ]; then python3 .fib/flashinfer_aot.py install .fib/f
 python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
 STEPS=${STEPS:-tests,check,bench}
 if [[ $STEPS == *tests* ]]; then
-  echo "== pytest (compiled kernels, gpu-marked tests)"
-  timeout ${TESTS_TIMEOUT:-240} python3 -m pytest tests/lowerings tests/parity/test_judge.py -q -rs -p no:cacheprovider -x \
-    ${PYTEST_ARGS:-} 2>&1 | tail -40
+  # PYTEST_TARGETS: space-separated paths (no quoting inside); PYTEST_K: one -k expression.
+  read -r -a targets <<< "${PYTEST_TARGETS:-tests/lowerings tests/parity/test_judge.py tests/oracle/test_fast_engine.py}"
+  kargs=(); [ -n "${PYTEST_K:-}" ] && kargs=(-k "$PYTEST_K")
+  echo "== pytest ${targets[*]} ${kargs[*]} (compiled kernels, gpu-marked tests)"
+  timeout ${TESTS_TIMEOUT:-240} python3 -m pytest "${targets[@]}" "${kargs[@]}" -q -rs -p no:cacheprovider \
+    --junitxml="$OUT/pytest-junit.xml" 2>&1 | tail -60
+fi
+if [[ $STEPS == *oracle* ]]; then
+  echo "== scripts/gpu_oracle_bench.py (the oracle at production scale)"
+  timeout ${ORACLE_TIMEOUT:-180} python3 scripts/gpu_oracle_bench.py "$OUT/oracle_bench.json"
+fi
+if [[ $STEPS == *sweep* ]]; then
+  # The fast sweep: every GPU lowering, SWEEP_N cases each, device-built cases, Triton oracle, no
+  # hardening re-runs, in process.
+  read -r -a sl <<< "${SWEEP_LOWERINGS:-context[flashinfer-fa2] context[flashinfer-fa3] decode_rows[flashinfer] decode_rows[flashinfer-tc] windowed_merge[flashinfer-eager] windowed_merge[flashinfer-triton] windowed_merge[flashinfer-merge_state] hybrid_paged windowed_merge[triton]}"
+  largs=(); for l in "${sl[@]}"; do largs+=(--lowering "$l"); done
+  echo "== fast sweep: check --no-hardening --no-isolate --max-examples ${SWEEP_N:-500} ${sl[*]}"
+  start=$(date +%s.%N)
+  timeout ${SWEEP_TIMEOUT:-240} python3 -m parity.cli check --device cuda --profile gpu --seed 3 --max-examples ${SWEEP_N:-500} \
+    --no-hardening --no-isolate --report /tmp/sweep "${largs[@]}" 2>&1 | tail -30
+  echo "exit code: ${PIPESTATUS[0]}; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
+  tar -C /tmp -czf "$OUT/sweep.tgz" sweep
 fi
 if [[ $STEPS == *check* ]]; then
   echo "== dflash-parity check --device cuda --profile gpu ${CHECK_ARGS:-}"

@@ -472,6 +472,26 @@ def test_gpu_cuda_graph_replay_with_new_lengths():
             assert_close(out, lse, *c.ref())
         c.ctx_len.copy_(torch.tensor([300, 300], dtype=torch.int32))
         c.lens = [300, 300]
+        # Rotated page-table rows: the same logical keys moved to other pages (pool and table rewritten
+        # in place, the captured addresses unchanged): the replay must follow the new table.
+        for shift in (1, 7):
+            old_pt = c.page_table.clone()
+            used = [-(-L // c.page_size) for L in c.lens]
+            ids = torch.cat([old_pt[b, :n] for b, n in enumerate(used)]).long()
+            rotated = torch.roll(ids, shift)
+            kp, vp = c.k_pool.clone(), c.v_pool.clone()
+            c.k_pool[rotated] = kp[ids]
+            c.v_pool[rotated] = vp[ids]
+            off = 0
+            for b, n in enumerate(used):
+                c.page_table[b, :n] = rotated[off:off + n].to(torch.int32)
+                off += n
+            assert not torch.equal(c.page_table, old_pt)
+            g.replay()
+            torch.cuda.synchronize()
+            eager = c.run(num_splits=ns)
+            assert torch.equal(out, eager[0]) and torch.equal(lse, eager[1]), f"rotated by {shift}: replay != eager"
+            assert_close(out, lse, *c.ref())
 
 
 @gpu_only

@@ -35,8 +35,8 @@ def _case(name, **over):
     return build_case(lens, K, Hkv, G, D, ps, **kw)
 
 
-def _results(case, canary="nan"):
-    inputs = materialize(case, canary=canary)
+def _results(case, canary="nan", build="host"):
+    inputs = materialize(case, canary=canary, build=build)
     key_mask = future_block_keys_mask(case, 1)
     out = []
     for prec in (torch.float32, torch.float64):
@@ -63,13 +63,30 @@ VARIANTS = {
 }
 
 
+@pytest.mark.parametrize("build", ["host", "device"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("base", sorted(BASES))
-def test_storage_variant_is_bit_identical(base, variant):
+def test_storage_variant_is_bit_identical(base, variant, build):
+    """Both builds (`materialize(build=...)`; "device" draws from a generator on the target device,
+    here the CPU one, in its own order) keep the values independent of where they sit."""
     ref_case = _case(base)
     var_case = _case(base, **VARIANTS[variant])
     assert var_case != ref_case
-    _assert_bit_identical(_results(ref_case), _results(var_case), f"{base} vs {variant}")
+    _assert_bit_identical(_results(ref_case, build=build), _results(var_case, build=build),
+                          f"{base} vs {variant} ({build} build)")
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_device_build_is_deterministic_with_the_host_builds_canaries(base):
+    case = _case(base, block_storage="appended", spare_pages=3)
+    host, dev, again = (materialize(case, build=b) for b in ("host", "device", "device"))
+    for name in ("q", "k_pool", "v_pool", "k_block", "v_block", "page_table"):
+        h, d, a = getattr(host, name), getattr(dev, name), getattr(again, name)
+        assert (h.shape, h.dtype, h.stride()) == (d.shape, d.dtype, d.stride()), name
+        assert torch.equal(d.view(torch.uint8) if d.element_size() == 1 else d.float().nan_to_num(7.0),
+                           a.view(torch.uint8) if a.element_size() == 1 else a.float().nan_to_num(7.0)), name
+    assert torch.equal(torch.isnan(host.k_pool.float()), torch.isnan(dev.k_pool.float()))
+    assert not torch.equal(host.k_pool.float().nan_to_num(0.0), dev.k_pool.float().nan_to_num(0.0))
 
 
 @pytest.mark.parametrize("base", sorted(BASES))

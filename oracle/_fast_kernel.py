@@ -1,0 +1,171 @@
+"""The oracle's fast engine: one Triton kernel, fp32-exact, for production-scale cases on a GPU.
+
+Same semantics as `reference.attention`'s torch engine (SEMANTICS.md 2-3), same precision class: every
+product is exact and every sum is an fp32 sum. The tensor cores are used without losing that:
+
+- `q . k`: q and k are bf16 or fp16 (fp8 keys are converted to q's dtype, exactly: e4m3 values are
+  bf16 and fp16 values). A product of two 8-bit (11-bit) significands fits in fp32's 24 bits, so the
+  MMA's products are exact and it accumulates them in fp32. `k_scale` multiplies the fp32 score.
+- `p @ v`: the fp32 probabilities `p` are split into three bf16 terms `p1 + p2 + p3 == p` (8 + 8 + 8
+  significand bits, exact for normal values), fp16 values into two bf16 terms `v1 + v2 == v` (exact),
+  and the products summed in fp32: `p @ v` to fp32 accuracy, never TF32 (TF32 would round p to 11 bits).
+- exponentials and the online softmax in fp32, like the torch engine; splits of the key range across
+  programs (flash-decoding) combine in fp32 in `combine_splits`.
+
+Grid `(B * Hkv, row_blocks, splits)`: a program takes `BLOCK_R` query rows `r = i * G + g` (query `i`,
+head `h * G + g`) of one request and KV head, and one split of the request's key positions; it reads
+each key once per row block, through the page table (NHD or HND), then the dense block suffix when
+the block is not in the pool. Masks follow the case's window and, for part B of a windowed merge, the
+later block keys `i < j <= min(K-1, i + right)`.
+
+Under the interpreter (CPU tests) `UPCAST` turns tiles into fp32 before the products (the interpreter
+does not emulate bf16 products), so the CPU checks the indexing and masking, the GPU the precision.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
+          qk_scale, v_scale, left, right, fbk_right,
+          K: tl.constexpr, FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr):
+    """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax."""
+    if UPCAST:
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k.to(q.dtype)))
+    s = s * qk_scale
+    vis = t_ok[None, :] & row_ok[:, None] & (t[None, :] < L + K)
+    if left >= 0:
+        vis = vis & (t[None, :] >= pos[:, None] - left)
+    if right >= 0:
+        vis = vis & (t[None, :] <= pos[:, None] + right)
+    if FBK:
+        j = t[None, :] - L
+        hi = i_row[:, None] + fbk_right
+        if fbk_right < 0:
+            hi = i_row[:, None] * 0 + (K - 1)
+        vis = vis & (j > i_row[:, None]) & (j <= hi) & (j <= K - 1)
+    s = tl.where(vis, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if UPCAST:
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    else:
+        p1 = p.to(tl.bfloat16)
+        r1 = p - p1.to(tl.float32)
+        p2 = r1.to(tl.bfloat16)
+        p3 = (r1 - p2.to(tl.float32)).to(tl.bfloat16)
+        if V_SPLIT:
+            vf = v.to(tl.float32)
+            v1 = vf.to(tl.bfloat16)
+            v2 = (vf - v1.to(tl.float32)).to(tl.bfloat16)
+            pv = tl.dot(p1, v1)
+            pv = tl.dot(p2, v1, pv)
+            pv = tl.dot(p3, v1, pv)
+            pv = tl.dot(p1, v2, pv)
+            pv = tl.dot(p2, v2, pv)
+        else:
+            vb = v.to(tl.bfloat16)
+            pv = tl.dot(p1, vb)
+            pv = tl.dot(p2, vb, pv)
+            pv = tl.dot(p3, vb, pv)
+    acc = acc * alpha[:, None] + pv * v_scale
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _oracle_kernel(
+    Q, KP, VP, KB, VB, PT, LENS, ACC, M, LS,
+    s_qb, s_qk, s_qh,
+    s_kp_page, s_kp_slot, s_kp_head,
+    s_vp_page, s_vp_slot, s_vp_head,
+    s_kb_b, s_kb_k, s_kb_h,
+    s_vb_b, s_vb_k, s_vb_h,
+    s_pt_b, s_pt_c,
+    Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, fbk_right,
+    K: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr, R_TOT: tl.constexpr,
+    APPENDED: tl.constexpr, FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    rb = tl.program_id(1)
+    sp = tl.program_id(2)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    L = tl.load(LENS + b).to(tl.int32)
+
+    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < K * G
+    i_row = rows // G
+    g = rows % G
+    pos = L + i_row
+    d = tl.arange(0, D_PAD)
+    d_ok = d < D
+    q = tl.load(Q + b.to(tl.int64) * s_qb + i_row[:, None] * s_qk + (h * G + g)[:, None] * s_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+
+    # The pool's key range for this request, narrowed by the window, then this program's split of it.
+    if APPENDED:
+        hi = L + K
+    else:
+        hi = L + 0
+    lo = L * 0
+    if left >= 0:
+        lo = tl.maximum(L - left, 0)
+    if right >= 0:
+        hi = tl.minimum(hi, L + K + right)
+    if FBK:
+        lo = tl.maximum(lo, L + 1)
+    total = tl.maximum(hi - lo, 0)
+    per = tl.cdiv(tl.cdiv(total, n_splits), BLOCK_N) * BLOCK_N
+    start = lo + sp * per
+    end = tl.minimum(hi, start + per)
+    for t0 in range(start, end, BLOCK_N):
+        t = t0 + tl.arange(0, BLOCK_N)
+        t_ok = t < end
+        page = tl.load(PT + b.to(tl.int64) * s_pt_b + (t // PAGE) * s_pt_c, mask=t_ok, other=0).to(tl.int64)
+        slot = t % PAGE
+        kv_mask = t_ok[:, None] & d_ok[None, :]
+        k = tl.load(KP + page[:, None] * s_kp_page + slot[:, None] * s_kp_slot + h * s_kp_head + d[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(VP + page[:, None] * s_vp_page + slot[:, None] * s_vp_slot + h * s_vp_head + d[None, :],
+                    mask=kv_mask, other=0.0)
+        acc, m_i, l_i = _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
+                              sm_scale * k_scale, v_scale, left, right, fbk_right,
+                              K, FBK, V_SPLIT, UPCAST)
+
+    if not APPENDED:
+        if sp == 0:
+            j = tl.arange(0, K_PAD)
+            j_ok = j < K
+            kv_mask = j_ok[:, None] & d_ok[None, :]
+            kb = tl.load(KB + b.to(tl.int64) * s_kb_b + j[:, None] * s_kb_k + h * s_kb_h + d[None, :],
+                         mask=kv_mask, other=0.0)
+            vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
+                         mask=kv_mask, other=0.0)
+            acc, m_i, l_i = _tile(q, kb, vb, L + j, j_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
+                                  sm_scale, 1.0, left, right, fbk_right,
+                                  K, FBK, V_SPLIT, UPCAST)
+
+    # Partials of this split: acc (unnormalized), running max, running sum, in fp32.
+    base = ((sp * tl.num_programs(0) + pid_bh) * R_TOT + rows).to(tl.int64)
+    tl.store(M + base, m_i)
+    tl.store(LS + base, l_i)
+    tl.store(ACC + base[:, None] * D_PAD + d[None, :], acc)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")

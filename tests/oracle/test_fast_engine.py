@@ -1,0 +1,138 @@
+"""The oracle's Triton engine (`oracle/_fast.py`) agrees with its torch engine and with fp64.
+
+- CPU (interpreter, tiles upcast to fp32): drawn cases of every storage/layout/window/dtype kind, the
+  full problem, window overrides and part B (later block keys, empty rows included), with 1 and 3
+  splits of the key range; max |O_triton - O_torch| <= 1e-6 * max |O| (scaled like test_agreement's
+  fp32 bound) and the LSE's -inf pattern identical. This checks the indexing, masks and the combine.
+- GPU (compiled: bf16/fp16 tensor-core products, p split into three bf16 terms): the same bound
+  against the fp64 torch engine, for bf16, fp16 and fp8 pools. This checks the precision claim
+  (exact products, fp32 sums: no TF32).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oracle import attention, materialize
+from oracle._fast import attention_triton, combine_splits
+from oracle.errors import InvalidInput
+from oracle_cases import build_case, cases, windows
+
+REL = 1e-6
+LSE_ABS = 1e-5
+SETTINGS = settings(derandomize=True, deadline=None, max_examples=25, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+ON_GPU = torch.cuda.is_available()
+gpu = pytest.mark.gpu
+
+
+def _score_bound(inputs) -> float:
+    """max(1, S / 8): test_agreement's fp32 error growth with the largest |score| S."""
+    q = inputs.q.float()
+    kmax = max(inputs.k_block.float().abs().max().item(), 1.0) * max(1.0, inputs.case.k_scale)
+    s = q.abs().max().item() * kmax * inputs.case.head_dim * inputs.case.softmax_scale
+    return max(1.0, min(s, 64.0) / 8.0)
+
+
+def assert_close(a, b, bound: float = 1.0, what: str = "") -> None:
+    fa, fb = torch.isfinite(a.lse), torch.isfinite(b.lse)
+    assert torch.equal(fa, fb), f"{what}: LSE -inf pattern differs"
+    assert not torch.isnan(a.out).any() and not torch.isnan(b.out).any(), f"{what}: NaN in an output"
+    scale = max(b.out.abs().max().item(), 1e-30)
+    err = (a.out.double() - b.out.double()).abs().max().item() / scale
+    assert err <= REL * bound, f"{what}: output differs by {err:.3e} of max|O| (bound {REL * bound:.1e})"
+    if fa.any():
+        lerr = (a.lse[fa].double() - b.lse[fa].double()).abs().max().item()
+        assert lerr <= LSE_ABS * bound, f"{what}: LSE differs by {lerr:.3e}"
+    empty = ~fb
+    if empty.any():
+        assert (a.out[empty] == 0).all(), f"{what}: an empty row's output is not 0"
+
+
+@given(case=cases(max_batch=3, max_ctx=40, max_block=6, head_dims=(16, 64)), data=st.data())
+@SETTINGS
+def test_triton_engine_matches_torch_engine(case, data):
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    kind = data.draw(st.sampled_from(["full", "window", "part_b"]), label="kind")
+    kw = {}
+    if kind == "window":
+        kw["window"] = data.draw(windows(case.block_size), label="window")
+    elif kind == "part_b":
+        kw = {"window": (-1, -1), "future_block_keys_right": data.draw(st.integers(-1, case.block_size), label="right")}
+    ref = attention(inputs, engine="torch", precision=torch.float64, **kw)
+    for splits in (1, 3):
+        out, lse = attention_triton(inputs, kw.get("window", case.window), kw.get("future_block_keys_right"),
+                                    splits=splits)
+        got = type(ref)(out=out, lse=lse)
+        assert_close(got, ref, _score_bound(inputs), f"{case.short()} {kw} splits={splits}")
+
+
+def test_auto_engine_choice(monkeypatch):
+    """auto: torch for CPU tensors and for fp64, the Triton engine for fp32 CUDA tensors."""
+    case = build_case((3,), 2, 1, 2, 16, 4)
+    called = []
+    import oracle._fast as fast
+    real = fast.attention_triton
+    monkeypatch.setattr(fast, "attention_triton", lambda *a, **k: called.append(1) or real(*a, **k))
+    inputs = materialize(case, "cpu")
+    attention(inputs)
+    attention(inputs, precision=torch.float64)
+    assert called == []
+    if ON_GPU:
+        with pytest.raises(InvalidInput, match="CUDA tensors"):  # compiled kernels cannot read CPU tensors
+            attention(inputs, engine="triton")
+        gpu_inputs = materialize(case, "cuda")
+        attention(gpu_inputs, precision=torch.float64)
+        assert called == []
+        attention(gpu_inputs)
+    else:
+        attention(inputs, engine="triton")
+    assert called == [1]
+
+
+def test_triton_engine_refuses_what_it_cannot_do():
+    inputs = materialize(build_case((3,), 2, 1, 2, 16, 4), "cpu")
+    with pytest.raises(InvalidInput, match="precision"):
+        attention(inputs, engine="triton", precision=torch.float64)
+    with pytest.raises(InvalidInput, match="key_mask"):
+        attention(inputs, engine="triton", key_mask=torch.ones(1, dtype=torch.bool))
+    with pytest.raises(InvalidInput, match="engine"):
+        attention(inputs, engine="cuda")
+    with pytest.raises(InvalidInput, match="future_block_keys_right"):
+        attention(inputs, future_block_keys_right=-2)
+
+
+def test_combine_of_splits_is_exact_for_empty_splits():
+    """An empty split (max -inf, sum 0) changes nothing; all-empty rows give (0, -inf), no NaN."""
+    acc = torch.tensor([[[[2.0, 4.0]]], [[[0.0, 0.0]]]])  # [S=2, P=1, R=1, D=2]
+    m = torch.tensor([[[0.5]], [[float("-inf")]]])
+    ls = torch.tensor([[[2.0]], [[0.0]]])
+    out, lse = combine_splits(acc, m, ls)
+    assert torch.equal(out, torch.tensor([[[1.0, 2.0]]]))
+    assert torch.allclose(lse, torch.tensor([[0.5 + torch.log(torch.tensor(2.0)).item()]]))
+    out, lse = combine_splits(torch.zeros(2, 1, 1, 2), torch.full((2, 1, 1), float("-inf")), torch.zeros(2, 1, 1))
+    assert torch.equal(out, torch.zeros(1, 1, 2)) and torch.isneginf(lse).all()
+
+
+@gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the compiled engine's precision)")
+@pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", None), ("float16", None), ("bfloat16", "float8_e4m3fn")])
+@pytest.mark.parametrize("layout,storage", [("NHD", "dense"), ("HND", "appended")])
+def test_compiled_engine_is_fp32_exact_against_fp64(dtype, kv_dtype, layout, storage):
+    """Exact products and fp32 sums: the compiled engine is as close to fp64 as the torch fp32 engine."""
+    torch.manual_seed(0)
+    for lens, K, hkv, G, D, window in [((0, 700, 2500), 7, 2, 8, 128, (-1, -1)), ((300, 4100), 4, 1, 5, 64, (8, 8)),
+                                       ((1, 129, 2049), 16, 2, 4, 128, (3, 0))]:
+        case = build_case(lens, K, hkv, G, D, 16, layout=layout, block_storage=storage, dtype=dtype,
+                          kv_dtype=kv_dtype, k_scale=0.5 if kv_dtype else 1.0, v_scale=2.0 if kv_dtype else 1.0,
+                          window=window)
+        inputs = materialize(case, "cuda")
+        ref = attention(inputs, engine="torch", precision=torch.float64)
+        fp32 = attention(inputs, engine="torch")
+        fast = attention(inputs, engine="triton")
+        bound = _score_bound(inputs)
+        assert_close(fp32, ref, bound, f"torch fp32 {case.short()}")
+        assert_close(fast, ref, bound, f"triton {case.short()}")
