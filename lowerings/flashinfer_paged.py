@@ -19,6 +19,23 @@ Adapters (all `lse_base = 2.0`, `devices = ("cuda",)`, deterministic):
 
 flashinfer is imported lazily inside methods: this module imports on a CPU machine without it.
 
+CUDA graphs: every adapter but trtllm-gen has `graph_safe = True` and `prepare(inputs)`, which does the
+host-side steps once (paging, `plan()` of graph-mode wrappers, `use_cuda_graph=True`, built over fixed
+`paged_kv_indptr/indices/last_page_len` buffers (decode) or `qo_indptr_buf`/`paged_kv_*_buf` (prefill),
+the append's index buffers, the output buffers) and returns a zero-argument function doing the device
+work only; `run(inputs)` is the same sequence with the eager wrappers, called at once. Graph-mode and
+eager wrappers are cached apart (`_graph` and `_wrappers`). Re-planning: a later `prepare` with the same
+shapes plans into the same fixed buffers, which a captured graph reads on replay (see `prepare`).
+flashinfer's graph mode forces its split-KV paths (fa2 always, the decode unless the batch fills the
+GPU), so a graph-mode call need not give the eager `run`'s bits; it gives its own on every replay.
+What a replay reads, hence what `prepare` re-plans: the fixed index buffers, the schedule plan() writes
+into the wrapper's int workspace (and fa3's kv-length / token-offset buffers), the append's
+`append_indptr`/`seq_lens` buffers. What the capture bakes in, hence part of the arena key: the tensors'
+addresses, batch size and query rows, heads, dtypes, `window_left`, the softmax and fp8 scales.
+
+JIT modules: `jit_modules(case)` names the flashinfer modules (and compiled merges) a case loads, one
+key per (kernel, dtype, kv dtype, head dim, window on/off); `parity.warmup` loads each once.
+
 Counter names (`lowerings.counters.record`), one per flashinfer call:
 
 - `flashinfer.get_batch_indices_positions`, `flashinfer.append_paged_kv_cache` (dense block storage);
@@ -49,7 +66,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -196,19 +213,98 @@ def _cuda_core_group_reason(case: Case) -> str | None:
     return None
 
 
+# ---- CUDA-graph mode: fixed buffers -------------------------------------------------------------------
+# flashinfer's wrappers are graph-safe only with `use_cuda_graph=True` and fixed index buffers given at
+# construction: plan() then copies each new page table into those buffers (and writes its schedule into
+# the wrapper's own int workspace at offsets that depend on the batch size only), and run() reads them.
+# A captured graph therefore replays the latest plan() as long as the batch size, the number of query
+# rows, the dtypes, the window and the pages' capacity stay those it was built for: they are the key of
+# a graph arena below.
+FA3_VECTOR_SPARSE_ENTRIES = 16 * 1024 * 1024  # fa3's fixed `_vector_sparse_indices_buffer` (int32 entries)
+FA3_MAX_BATCH = 32768  # fa3's fixed `_vector_sparse_indptr_buffer` / `_kv_lens_buffer` (entries)
+
+
+@dataclass
+class GraphPaged:
+    """One graph-mode wrapper, the fixed buffers it was built with, and the output buffers its run()
+    writes (`out [N, Hq, D]`, `lse [N, Hq]` float32)."""
+
+    wrapper: Any
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    last_page_len: torch.Tensor
+    qo_indptr: torch.Tensor | None
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+@dataclass
+class GraphAppend:
+    """Fixed buffers of the append (`get_batch_indices_positions` + `append_paged_kv_cache`)."""
+
+    append_indptr: torch.Tensor
+    seq_lens: torch.Tensor
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    last_page_len: torch.Tensor
+
+
+def _graph_wrapper(cls: Any, workspace: torch.Tensor, layout: str, buffers: dict[str, torch.Tensor],
+                   **kwargs: Any) -> Any:
+    """`cls(workspace, layout, use_cuda_graph=True, **buffers, **kwargs)`, after checking that this
+    flashinfer's constructor takes those buffer arguments (their names changed across releases)."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if params and not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        missing = [n for n in ("use_cuda_graph", *buffers, *kwargs) if n not in params]
+        if missing:
+            raise NotImplementedError(f"{getattr(cls, '__name__', cls)} of this flashinfer takes no "
+                                      f"{', '.join(missing)}: cannot build a CUDA-graph wrapper")
+    return cls(workspace, layout, use_cuda_graph=True, **buffers, **kwargs)
+
+
+def _short_dtype(name: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16", FP8: "fp8"}.get(name, name)
+
+
+def jit_module_name(kernel: str, case: Case, window_left: int) -> str:
+    """The flashinfer JIT module a call loads, as one readable key: flashinfer builds one module per
+    (kernel, q dtype, kv dtype, head dim, sliding window on/off); batch, lengths and pages never matter."""
+    dt = _short_dtype(case.dtype) + ("" if case.kv_dtype == case.dtype else f"/{_short_dtype(case.kv_dtype)}")
+    return f"flashinfer {kernel} {dt} D={case.head_dim} {'window' if window_left >= 0 else 'no-window'}"
+
+
+M_PAGE = "flashinfer page (append_paged_kv_cache, get_batch_indices_positions)"
+M_CASCADE = "flashinfer cascade (merge_state_in_place)"
+
+
+def _page_modules(case: Case) -> tuple[str, ...]:
+    return (M_PAGE,) if case.block_storage == "dense" else ()
+
+
 # ---- the shared base ------------------------------------------------------------------------------
 class FlashinferBase:
-    """Workspace, wrapper cache and the flashinfer call sequences every adapter is made of."""
+    """Workspace, wrapper caches and the flashinfer call sequences every adapter is made of.
+
+    Each call sequence is built in two halves: the host-side steps (paging, `plan()`, buffers), then a
+    zero-argument function doing the device work only. `run(inputs)` builds it with the eager wrappers
+    and calls it at once; `prepare(inputs)` builds it with graph-mode wrappers over fixed buffers and
+    returns it, to be captured in a `torch.cuda.CUDAGraph` and replayed.
+    """
 
     devices: tuple[str, ...] = ("cuda",)
     lse_base: float = BASE_2
     deterministic: bool = True
     max_compiles: int | None = None
+    graph_safe: bool = False  # True: prepare() returns a function a CUDA graph may capture and replay
     name = "flashinfer-base"
 
     def __init__(self) -> None:
         self._workspace: torch.Tensor | None = None
-        self._wrappers: dict[tuple, Any] = {}
+        self._wrappers: dict[tuple, Any] = {}  # eager mode
+        self._graph: dict[tuple, Any] = {}     # CUDA-graph mode: GraphPaged / GraphAppend per key
 
     def __repr__(self) -> str:
         return f"<lowering {self.name}>"
@@ -236,10 +332,46 @@ class FlashinferBase:
     def forbidden_kernel_families(self, case: Case) -> dict[str, str]:  # overridden
         return {}
 
+    def jit_modules(self, case: Case) -> tuple[str, ...]:  # overridden
+        """The JIT-compiled modules `run` loads for `case` (`parity.warmup` warms each once)."""
+        return ()
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        return self._build(inputs, graph=False)()
+
+    def prepare(self, inputs: Inputs) -> Callable[[], LoweringResult]:
+        """Every host-side step of `run` once (paging, `plan()` of graph-mode wrappers built over fixed
+        index buffers, the append's index buffers, output buffers), and a zero-argument function doing
+        the device work only (the append, the wrapper's run into the preallocated `out`/`lse`, the merge)
+        on the same tensors each call: a `torch.cuda.CUDAGraph` may capture it and replay it.
+
+        - Call the function once before capturing (Triton kernels compile, flashinfer caches buffers).
+        - Every call returns the same `out`/`lse` tensors (fixed buffers, shared with a later `prepare`
+          of the same key); a replay rewrites them. Partial B of the eager and merge_state forms is
+          allocated per call (in a graph: once, at capture).
+        - To replay over new lengths or pages: write the new values into the same tensors (`q`, the
+          pools, `page_table`, the block) and call `prepare` again with an `Inputs` over those tensors
+          and the new case: it re-plans into the same fixed buffers the graph reads. Same key needed:
+          batch size, block size, heads, head dim, page size, layout, dtypes, window, scales and the
+          page table's width (the capacity of the index buffers).
+        - Each kernel call records its counter (`lowerings.counters`) once per call of the function,
+          as `run` does; a replay records nothing.
+        - Not while a stream is capturing: `plan()` copies host data to the GPU.
+        """
+        if not self.graph_safe:
+            raise NotImplementedError(f"{self.name} is not CUDA-graph safe: prepare() is not supported")
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{self.name}.prepare() plans on the host: call it before capturing, not inside")
+        return self._build(inputs, graph=True)
+
+    def _build(self, inputs: Inputs, graph: bool) -> Callable[[], LoweringResult]:  # overridden
+        raise NotImplementedError(f"{self.name}: no call sequence")
+
     # -- resources ----------------------------------------------------------------------------------
     def workspace(self, device: torch.device) -> torch.Tensor:
-        """One zero-initialized 128 MiB float workspace per adapter instance, shared by its wrappers
-        (their runs are sequential on one stream; each wrapper keeps its own int workspace)."""
+        """One zero-initialized 128 MiB float workspace per adapter instance, shared by its wrappers of
+        both modes (their runs are sequential on one stream; each wrapper keeps its own int workspace,
+        where plan() writes its schedule)."""
         ws = self._workspace
         if ws is None or ws.device != torch.device(device):
             ws = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
@@ -267,13 +399,91 @@ class FlashinferBase:
             self._wrappers[key] = w
         return w
 
-    # -- call sequences -----------------------------------------------------------------------------
-    def append_block(self, inputs: Inputs) -> None:
+    def _graph_key(self, kind: str, inputs: Inputs, rows: int, *extra: Any) -> tuple:
+        c = inputs.case
+        return (kind, str(inputs.device), c.layout, c.dtype, c.kv_dtype, c.head_dim, c.page_size, c.num_q_heads,
+                c.num_kv_heads, c.block_size, rows, int(inputs.page_table.shape[1]), c.softmax_scale,
+                float(c.k_scale), float(c.v_scale), *extra)
+
+    def graph_decode(self, inputs: Inputs, rows: int, tensor_cores: bool, window_left: int) -> GraphPaged:
+        """The graph-mode decode wrapper for `rows` decode rows, its fixed buffers (room for every row to
+        hold as many pages as the page table has columns) and its output buffers."""
+        key = self._graph_key("decode", inputs, rows, bool(tensor_cores), window_left)
+        g = self._graph.get(key)
+        if g is None:
+            c, dev = inputs.case, inputs.device
+            cap = rows * max(1, int(inputs.page_table.shape[1]))
+            indptr = torch.zeros(rows + 1, dtype=torch.int32, device=dev)
+            indices = torch.zeros(cap, dtype=torch.int32, device=dev)
+            last = torch.ones(rows, dtype=torch.int32, device=dev)
+            w = _graph_wrapper(_fi().BatchDecodeWithPagedKVCacheWrapper, self.workspace(dev), c.layout,
+                               {"paged_kv_indptr_buffer": indptr, "paged_kv_indices_buffer": indices,
+                                "paged_kv_last_page_len_buffer": last}, use_tensor_cores=bool(tensor_cores))
+            out = torch.zeros((rows, c.num_q_heads, c.head_dim), dtype=inputs.q.dtype, device=dev)
+            lse = torch.zeros((rows, c.num_q_heads), dtype=torch.float32, device=dev)
+            g = self._graph[key] = GraphPaged(w, indptr, indices, last, None, out, lse)
+        return g
+
+    def graph_prefill(self, inputs: Inputs, backend: str, window_left: int) -> GraphPaged:
+        """The graph-mode paged-prefill wrapper for the case's `B` requests of `K` queries, its fixed
+        buffers and its output buffers. fa3 in graph mode: its plan() sizes the schedule for the first
+        plan's query rows (fixed here: `B*K`), and its run() expands the fixed page-index buffer into
+        per-token offsets in a fixed 16 Mi-entry buffer (capacity x page size must stay below it) with
+        a fixed 32768-entry indptr (B below it)."""
+        key = self._graph_key("prefill", inputs, inputs.case.batch_size, backend, window_left)
+        g = self._graph.get(key)
+        if g is None:
+            c, dev = inputs.case, inputs.device
+            B, K = c.batch_size, c.block_size
+            cap = B * max(1, int(inputs.page_table.shape[1]))
+            if backend == "fa3" and (cap * c.page_size >= FA3_VECTOR_SPARSE_ENTRIES or B + 1 >= FA3_MAX_BATCH):
+                raise ValueError(f"fa3 in CUDA-graph mode: {B} requests x {inputs.page_table.shape[1]} pages of "
+                                 f"{c.page_size} exceed its fixed buffers ({FA3_VECTOR_SPARSE_ENTRIES} token "
+                                 f"offsets, {FA3_MAX_BATCH} requests)")
+            qo = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+            indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
+            indices = torch.zeros(cap, dtype=torch.int32, device=dev)
+            last = torch.ones(B, dtype=torch.int32, device=dev)
+            w = _graph_wrapper(_fi().BatchPrefillWithPagedKVCacheWrapper, self.workspace(dev), c.layout,
+                               {"qo_indptr_buf": qo, "paged_kv_indptr_buf": indptr, "paged_kv_indices_buf": indices,
+                                "paged_kv_last_page_len_buf": last}, backend=backend)
+            out = torch.zeros((B * K, c.num_q_heads, c.head_dim), dtype=inputs.q.dtype, device=dev)
+            lse = torch.zeros((B * K, c.num_q_heads), dtype=torch.float32, device=dev)
+            g = self._graph[key] = GraphPaged(w, indptr, indices, last, qo, out, lse)
+        return g
+
+    def graph_outputs(self, inputs: Inputs, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed `out [B, K, Hq, D]` and `lse [B, K, Hq]` float32 buffers for a result computed by ops that
+        allocate (the merges): graph mode copies it there, so each call returns the same tensors."""
+        key = self._graph_key(kind, inputs, inputs.case.batch_size)
+        g = self._graph.get(key)
+        if g is None:
+            q = inputs.q
+            g = self._graph[key] = (torch.zeros_like(q, memory_format=torch.contiguous_format),
+                                    torch.zeros(q.shape[:3], dtype=torch.float32, device=q.device))
+        return g
+
+    def graph_append(self, inputs: Inputs) -> GraphAppend:
+        key = self._graph_key("append", inputs, inputs.case.batch_size)
+        g = self._graph.get(key)
+        if g is None:
+            B, dev = inputs.case.batch_size, inputs.device
+            cap = B * max(1, int(inputs.page_table.shape[1]))
+            g = self._graph[key] = GraphAppend(
+                append_indptr=torch.zeros(B + 1, dtype=torch.int32, device=dev),
+                seq_lens=torch.zeros(B, dtype=torch.int32, device=dev),
+                indptr=torch.zeros(B + 1, dtype=torch.int32, device=dev),
+                indices=torch.zeros(cap, dtype=torch.int32, device=dev),
+                last_page_len=torch.ones(B, dtype=torch.int32, device=dev))
+        return g
+
+    # -- call sequences: host steps now, device work in the returned function ------------------------
+    def append_call(self, inputs: Inputs, *, graph: bool) -> Callable[[], None]:
         """The production append: the block's K/V into the pool at positions `L_b .. L_b+K-1`
-        (`get_batch_indices_positions` + `append_paged_kv_cache`); only when the pool lacks it."""
+        (`get_batch_indices_positions` + `append_paged_kv_cache`); nothing when the pool has it."""
         c = inputs.case
         if c.block_storage != "dense":
-            return
+            return _nothing
         from flashinfer.page import append_paged_kv_cache, get_batch_indices_positions
 
         B, K, Hkv, D = inputs.k_block.shape
@@ -282,18 +492,33 @@ class FlashinferBase:
         pg = build_paging(inputs.page_table, range(B), lens, c.page_size, dev)
         append_indptr = torch.arange(B + 1, dtype=torch.int32, device=dev) * K
         seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
-        counters.record(C_BATCH_POS, tokens=B * K)
-        batch_indices, positions = get_batch_indices_positions(append_indptr, seq_lens, B * K)
-        k_app = to_pool_dtype(inputs.k_block.reshape(B * K, Hkv, D), inputs.k_pool.dtype, c.k_scale)
-        v_app = to_pool_dtype(inputs.v_block.reshape(B * K, Hkv, D), inputs.v_pool.dtype, c.v_scale)
-        counters.record(C_APPEND, tokens=B * K)
-        append_paged_kv_cache(k_app, v_app, batch_indices, positions, (inputs.k_pool, inputs.v_pool),
-                              pg.indices, pg.indptr, pg.last_page_len, kv_layout=c.layout)
+        indptr, indices, last = pg.indptr, pg.indices, pg.last_page_len
+        if graph:
+            g = self.graph_append(inputs)
+            g.append_indptr.copy_(append_indptr)
+            g.seq_lens.copy_(seq_lens)
+            g.indptr.copy_(indptr)
+            g.indices[: indices.numel()].copy_(indices)
+            g.last_page_len.copy_(last)
+            append_indptr, seq_lens, indptr, indices, last = (g.append_indptr, g.seq_lens, g.indptr, g.indices,
+                                                              g.last_page_len)
+        k_block, v_block, k_pool, v_pool = inputs.k_block, inputs.v_block, inputs.k_pool, inputs.v_pool
 
-    def decode(self, inputs: Inputs, rows: Sequence[int], lens: Sequence[int], *, window_left: int,
-               tensor_cores: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        def call() -> None:
+            counters.record(C_BATCH_POS, tokens=B * K)
+            batch_indices, positions = get_batch_indices_positions(append_indptr, seq_lens, B * K)
+            k_app = to_pool_dtype(k_block.reshape(B * K, Hkv, D), k_pool.dtype, c.k_scale)
+            v_app = to_pool_dtype(v_block.reshape(B * K, Hkv, D), v_pool.dtype, c.v_scale)
+            counters.record(C_APPEND, tokens=B * K)
+            append_paged_kv_cache(k_app, v_app, batch_indices, positions, (k_pool, v_pool), indices, indptr, last,
+                                  kv_layout=c.layout)
+
+        return call
+
+    def decode_call(self, inputs: Inputs, rows: Sequence[int], lens: Sequence[int], *, window_left: int,
+                    tensor_cores: bool, graph: bool) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
         """One batch-decode call: row `n` is the query `q.reshape(N, Hq, D)[n]` of request `rows[n]` over
-        that request's first `lens[n]` keys. Returns `out [N, Hq, D]` and base-2 `lse [N, Hq]`."""
+        that request's first `lens[n]` keys. The function returns `out [N, Hq, D]` and base-2 `lse [N, Hq]`."""
         c = inputs.case
         q = inputs.q
         Hq, D = q.shape[2], q.shape[3]
@@ -301,18 +526,28 @@ class FlashinferBase:
         if q.shape[0] * q.shape[1] != N:
             raise ValueError(f"decode rows: {N} rows for a q of shape {tuple(q.shape)}")
         pg = build_paging(inputs.page_table, rows, lens, c.page_size, inputs.device)
-        w = self.decode_wrapper(inputs, tensor_cores)
+        g = self.graph_decode(inputs, N, tensor_cores, window_left) if graph else None
+        w = g.wrapper if g is not None else self.decode_wrapper(inputs, tensor_cores)
         w.plan(pg.indptr, pg.indices, pg.last_page_len, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size,
                pos_encoding_mode="NONE", window_left=window_left, q_data_type=q.dtype,
                kv_data_type=inputs.k_pool.dtype, sm_scale=c.softmax_scale)
-        counters.record(C_DECODE_TC if tensor_cores else C_DECODE, rows=N)
-        out, lse = w.run(q.reshape(N, Hq, D), (inputs.k_pool, inputs.v_pool), return_lse=True,
-                         **_kv_scale_kwargs(c))
-        return out, lse
+        name = C_DECODE_TC if tensor_cores else C_DECODE
+        kv = (inputs.k_pool, inputs.v_pool)
+        scales = _kv_scale_kwargs(c)
+        bufs = {} if g is None else {"out": g.out, "lse": g.lse}
 
-    def prefill(self, inputs: Inputs, backend: str, *, window_left: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def call() -> tuple[torch.Tensor, torch.Tensor]:
+            counters.record(name, rows=N)
+            out, lse = w.run(q.reshape(N, Hq, D), kv, return_lse=True, **bufs, **scales)
+            return out, lse
+
+        return call
+
+    def prefill_call(self, inputs: Inputs, backend: str, *, window_left: int, graph: bool
+                     ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
         """One paged-prefill call: `K` queries per request (bottom-right aligned: query `i` at position
-        `L+i`) over `L+K` keys, `causal=False`. Returns `out [B, K, Hq, D]`, base-2 `lse [B, K, Hq]`."""
+        `L+i`) over `L+K` keys, `causal=False`. The function returns `out [B, K, Hq, D]`, base-2
+        `lse [B, K, Hq]`."""
         c = inputs.case
         q = inputs.q
         B, K, Hq, D = q.shape
@@ -320,20 +555,66 @@ class FlashinferBase:
         lens = [L + K for L in inputs.context_lens_host]
         pg = build_paging(inputs.page_table, range(B), lens, c.page_size, dev)
         qo_indptr = torch.arange(B + 1, dtype=torch.int32, device=dev) * K
-        w = self.prefill_wrapper(inputs, backend)
+        g = self.graph_prefill(inputs, backend, window_left) if graph else None
+        w = g.wrapper if g is not None else self.prefill_wrapper(inputs, backend)
         w.plan(qo_indptr, pg.indptr, pg.indices, pg.last_page_len, c.num_q_heads, c.num_kv_heads, c.head_dim,
                c.page_size, causal=False, pos_encoding_mode="NONE", window_left=window_left,
                sm_scale=c.softmax_scale, q_data_type=q.dtype, kv_data_type=inputs.k_pool.dtype)
-        counters.record(c_prefill(backend), rows=B * K)
-        out, lse = w.run(q.reshape(B * K, Hq, D), (inputs.k_pool, inputs.v_pool), return_lse=True,
-                         **_kv_scale_kwargs(c))
-        return out.view(B, K, Hq, D), lse.view(B, K, Hq)
+        name = c_prefill(backend)
+        kv = (inputs.k_pool, inputs.v_pool)
+        scales = _kv_scale_kwargs(c)
+        bufs = {} if g is None else {"out": g.out, "lse": g.lse}
+
+        def call() -> tuple[torch.Tensor, torch.Tensor]:
+            counters.record(name, rows=B * K)
+            out, lse = w.run(q.reshape(B * K, Hq, D), kv, return_lse=True, **bufs, **scales)
+            return out.view(B, K, Hq, D), lse.view(B, K, Hq)
+
+        return call
+
+    # -- eager entry points (one call each; subclasses and mutants override these) ------------------
+    def append_block(self, inputs: Inputs) -> None:
+        self.append_call(inputs, graph=False)()
+
+    def decode(self, inputs: Inputs, rows: Sequence[int], lens: Sequence[int], *, window_left: int,
+               tensor_cores: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode_call(...)()` with the eager wrapper: `out [N, Hq, D]` and base-2 `lse [N, Hq]`."""
+        return self.decode_call(inputs, rows, lens, window_left=window_left, tensor_cores=tensor_cores,
+                                graph=False)()
+
+    def prefill(self, inputs: Inputs, backend: str, *, window_left: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`prefill_call(...)()` with the eager wrapper."""
+        return self.prefill_call(inputs, backend, window_left=window_left, graph=False)()
+
+    # The steps a `_build` strings together. Eager: the entry points above, called when the function
+    # runs (exactly the order `run` always had: append, plan, run). Graph: planned now, device work later.
+    def _append_step(self, inputs: Inputs, graph: bool) -> Callable[[], None]:
+        return self.append_call(inputs, graph=True) if graph else (lambda: self.append_block(inputs))
+
+    def _decode_step(self, inputs: Inputs, rows: Sequence[int], lens: Sequence[int], *, window_left: int,
+                     tensor_cores: bool, graph: bool) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        if graph:
+            return self.decode_call(inputs, rows, lens, window_left=window_left, tensor_cores=tensor_cores,
+                                    graph=True)
+        return lambda: self.decode(inputs, rows, lens, window_left=window_left, tensor_cores=tensor_cores)
+
+    def _prefill_step(self, inputs: Inputs, backend: str, *, window_left: int, graph: bool
+                      ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+        if graph:
+            return self.prefill_call(inputs, backend, window_left=window_left, graph=True)
+        return lambda: self.prefill(inputs, backend, window_left=window_left)
+
+
+def _nothing() -> None:
+    return None
 
 
 # ---- context FMHA -----------------------------------------------------------------------------------
 class FlashinferContext(FlashinferBase):
     """Context FMHA (SEMANTICS.md 4.1): one paged prefill, `K` queries per request over `L+K` keys,
     `causal=False`, `window_left=left`: an end-aligned left window only, exact iff `K-1 <= right`."""
+
+    graph_safe = True
 
     def __init__(self, backend: str) -> None:
         super().__init__()
@@ -376,10 +657,19 @@ class FlashinferContext(FlashinferBase):
             return {"fa2 paged prefill (fa3 silently replaced by fa2)": K_PREFILL_FA2, "CUDA-core decode": K_DECODE}
         return {"fa3 prefill (not asked for)": K_PREFILL_FA3, "CUDA-core decode": K_DECODE}
 
-    def run(self, inputs: Inputs) -> LoweringResult:
-        self.append_block(inputs)
-        out, lse = self.prefill(inputs, self.backend, window_left=inputs.case.window[0])
-        return LoweringResult(out=out, lse=lse)
+    def jit_modules(self, case: Case) -> tuple[str, ...]:
+        return (*_page_modules(case), jit_module_name(self.backend, case, case.window[0]))
+
+    def _build(self, inputs: Inputs, graph: bool) -> Callable[[], LoweringResult]:
+        append = self._append_step(inputs, graph)
+        attend = self._prefill_step(inputs, self.backend, window_left=inputs.case.window[0], graph=graph)
+
+        def call() -> LoweringResult:
+            append()
+            out, lse = attend()
+            return LoweringResult(out=out, lse=lse)
+
+        return call
 
 
 # ---- decode rows ------------------------------------------------------------------------------------
@@ -389,6 +679,7 @@ class FlashinferDecodeRows(FlashinferBase):
     unwindowed layers only."""
 
     threshold = DECODE_ROWS_MAX_BATCH
+    graph_safe = True
 
     def __init__(self, tensor_cores: bool = False) -> None:
         super().__init__()
@@ -431,17 +722,34 @@ class FlashinferDecodeRows(FlashinferBase):
         return {"tensor-core decode / fa2 prefill (CUDA cores asked for)": K_PREFILL_FA2,
                 "fa3 prefill": K_PREFILL_FA3}
 
-    def run(self, inputs: Inputs) -> LoweringResult:
+    def jit_modules(self, case: Case) -> tuple[str, ...]:
+        # The tensor-core decode runs flashinfer's fa2 prefill module (the same one context[fa2] loads).
+        kernel = "fa2" if self.tensor_cores or not self.uses_rows(case) else "decode"
+        return (*_page_modules(case), jit_module_name(kernel, case, -1))
+
+    def _build(self, inputs: Inputs, graph: bool) -> Callable[[], LoweringResult]:
         c = inputs.case
         B, K, Hq, D = inputs.q.shape
-        self.append_block(inputs)
+        append = self._append_step(inputs, graph)
         if not self.uses_rows(c):
-            out, lse = self.prefill(inputs, "fa2", window_left=-1)
-            return LoweringResult(out=out, lse=lse)
+            attend = self._prefill_step(inputs, "fa2", window_left=-1, graph=graph)
+
+            def call_prefill() -> LoweringResult:
+                append()
+                out, lse = attend()
+                return LoweringResult(out=out, lse=lse)
+
+            return call_prefill
         rows = [b for b in range(B) for _ in range(K)]
         lens = [L + K for L in inputs.context_lens_host for _ in range(K)]
-        out, lse = self.decode(inputs, rows, lens, window_left=-1, tensor_cores=self.tensor_cores)
-        return LoweringResult(out=out.view(B, K, Hq, D), lse=lse.view(B, K, Hq))
+        decode = self._decode_step(inputs, rows, lens, window_left=-1, tensor_cores=self.tensor_cores, graph=graph)
+
+        def call() -> LoweringResult:
+            append()
+            out, lse = decode()
+            return LoweringResult(out=out.view(B, K, Hq, D), lse=lse.view(B, K, Hq))
+
+        return call
 
 
 # ---- non-causal windowed = causal windowed decode + merge -----------------------------------------
@@ -456,7 +764,12 @@ class FlashinferWindowedMerge(FlashinferBase):
     `flashinfer.merge_state_in_place` on copies this adapter owns, with `mask` clearing the rows whose
     part B is empty (`i = K-1`): those rows are part A bit for bit (the kernel's -inf handling is not
     relied on; their `s_other` is -inf and `v_other` zero all the same).
+
+    CUDA-graph safe in every form: the merges are device work only (no host sync, no host data); the
+    compiled and Triton forms must have run once (compiled) before a capture.
     """
+
+    graph_safe = True
 
     def __init__(self, form: str) -> None:
         super().__init__()
@@ -501,40 +814,68 @@ class FlashinferWindowedMerge(FlashinferBase):
         return {"tensor-core decode / fa2 prefill (CUDA cores asked for)": K_PREFILL_FA2,
                 "fa3 prefill": K_PREFILL_FA3}
 
-    def run(self, inputs: Inputs) -> LoweringResult:
+    def jit_modules(self, case: Case) -> tuple[str, ...]:
+        mods = [*_page_modules(case), jit_module_name("decode", case, case.window[0])]
+        if merges_future_block_keys(case.block_size, case.window[1]):
+            mods.append({"eager": "", "compiled": "torch.compile merge_unrolled (inductor)",
+                         "triton": f"triton merge_future_block_keys D={case.head_dim}",
+                         MERGE_STATE_FORM: M_CASCADE}[self.form])
+        return tuple(m for m in mods if m)
+
+    def _build(self, inputs: Inputs, graph: bool) -> Callable[[], LoweringResult]:
         c = inputs.case
         left, right = c.window
         B, K, Hq, D = inputs.q.shape
-        self.append_block(inputs)
+        q, k_block, v_block = inputs.q, inputs.k_block, inputs.v_block
+        append = self._append_step(inputs, graph)
         rows = [b for b in range(B) for _ in range(K)]
         lens = [L + i + 1 for L in inputs.context_lens_host for i in range(K)]
-        o, l2 = self.decode(inputs, rows, lens, window_left=left, tensor_cores=False)
-        o_a, lse_a = o.view(B, K, Hq, D), l2.view(B, K, Hq)
-        partials = {"A": Partial(out=o_a, lse=lse_a, lse_base=BASE_2, window=(left, 0))}
-        if not merges_future_block_keys(K, right):
-            return LoweringResult(out=o_a, lse=lse_a, partials=partials)
-        if self.form == "eager":
-            out, lse, o_b, lse_b = merge_eager(inputs.q, inputs.k_block, inputs.v_block, o_a, lse_a,
-                                               scale=c.softmax_scale, right=right, lse_a_base=BASE_2,
-                                               return_part_b=True)
+        part_a = self._decode_step(inputs, rows, lens, window_left=left, tensor_cores=False, graph=graph)
+        merges = merges_future_block_keys(K, right)
+        form = self.form
+        mask = None
+        if merges and form == MERGE_STATE_FORM:
+            mask = (torch.arange(K, device=inputs.device) < K - 1).repeat(B).to(torch.uint8)  # row (b, i): i < K-1
+        # Graph mode: the merged result lands in fixed buffers, so each call returns the same tensors
+        # (merge_state merges in place there; the other forms allocate, their result is copied there).
+        fixed = self.graph_outputs(inputs, f"merge[{form}]") if graph and merges else None
+
+        def call() -> LoweringResult:
+            append()
+            o, l2 = part_a()
+            o_a, lse_a = o.view(B, K, Hq, D), l2.view(B, K, Hq)
+            partials = {"A": Partial(out=o_a, lse=lse_a, lse_base=BASE_2, window=(left, 0))}
+            if not merges:
+                return LoweringResult(out=o_a, lse=lse_a, partials=partials)
+            if form != MERGE_STATE_FORM:
+                if form == "eager":
+                    out, lse, o_b, lse_b = merge_eager(q, k_block, v_block, o_a, lse_a, scale=c.softmax_scale,
+                                                       right=right, lse_a_base=BASE_2, return_part_b=True)
+                    partials["B"] = Partial(out=o_b, lse=lse_b, lse_base=BASE_E, window=(-1, -1),
+                                            future_block_keys_right=right)
+                else:
+                    out, lse = MERGE_FORMS[form](q, k_block, v_block, o_a, lse_a, scale=c.softmax_scale,
+                                                 right=right, lse_a_base=BASE_2)
+                if fixed is not None:
+                    out, lse = fixed[0].copy_(out), fixed[1].copy_(lse)
+                return LoweringResult(out=out, lse=lse, partials=partials)
+            fi = _fi()
+            o_b, lse_b = part_b(q, k_block, v_block, scale=c.softmax_scale, right=right)
             partials["B"] = Partial(out=o_b, lse=lse_b, lse_base=BASE_E, window=(-1, -1),
                                     future_block_keys_right=right)
-            return LoweringResult(out=out, lse=lse, partials=partials)
-        if self.form != MERGE_STATE_FORM:
-            out, lse = MERGE_FORMS[self.form](inputs.q, inputs.k_block, inputs.v_block, o_a, lse_a,
-                                              scale=c.softmax_scale, right=right, lse_a_base=BASE_2)
-            return LoweringResult(out=out, lse=lse, partials=partials)
-        fi = _fi()
-        o_b, lse_b = part_b(inputs.q, inputs.k_block, inputs.v_block, scale=c.softmax_scale, right=right)
-        partials["B"] = Partial(out=o_b, lse=lse_b, lse_base=BASE_E, window=(-1, -1), future_block_keys_right=right)
-        v = o_a.reshape(B * K, Hq, D).clone(memory_format=torch.contiguous_format)
-        s = lse_a.reshape(B * K, Hq).to(torch.float32).clone(memory_format=torch.contiguous_format)
-        v_other = o_b.to(o_a.dtype).reshape(B * K, Hq, D).contiguous()
-        s_other = (lse_b.float() / LN2).reshape(B * K, Hq).contiguous()  # -inf stays -inf
-        mask = (torch.arange(K, device=inputs.device) < K - 1).repeat(B).to(torch.uint8)  # row (b, i): i < K-1
-        counters.record(C_MERGE_STATE, rows=B * K)
-        fi.merge_state_in_place(v, s, v_other, s_other, mask=mask)
-        return LoweringResult(out=v.view(B, K, Hq, D), lse=s.view(B, K, Hq), partials=partials)
+            if fixed is not None:
+                v = fixed[0].view(B * K, Hq, D).copy_(o_a.reshape(B * K, Hq, D))
+                s = fixed[1].view(B * K, Hq).copy_(lse_a.reshape(B * K, Hq))
+            else:
+                v = o_a.reshape(B * K, Hq, D).clone(memory_format=torch.contiguous_format)
+                s = lse_a.reshape(B * K, Hq).to(torch.float32).clone(memory_format=torch.contiguous_format)
+            v_other = o_b.to(o_a.dtype).reshape(B * K, Hq, D).contiguous()
+            s_other = (lse_b.float() / LN2).reshape(B * K, Hq).contiguous()  # -inf stays -inf
+            counters.record(C_MERGE_STATE, rows=B * K)
+            fi.merge_state_in_place(v, s, v_other, s_other, mask=mask)
+            return LoweringResult(out=v.view(B, K, Hq, D), lse=s.view(B, K, Hq), partials=partials)
+
+        return call
 
 
 # ---- trtllm-gen (SM100/SM103 only) --------------------------------------------------------------------
@@ -580,6 +921,13 @@ class TrtllmGen(FlashinferBase):
 
     def forbidden_kernel_families(self, case: Case) -> dict[str, str]:
         return {"flashinfer CUDA-core decode": K_DECODE, "flashinfer fa2 prefill": K_PREFILL_FA2}
+
+    def jit_modules(self, case: Case) -> tuple[str, ...]:
+        return (*_page_modules(case), f"flashinfer trtllm-gen fmha ({self.kind})")
+
+    def prepare(self, inputs: Inputs) -> Callable[[], LoweringResult]:
+        raise NotImplementedError(f"{self.name}: prepare() for CUDA graphs is not supported (trtllm-gen's seq_lens, "
+                                  f"block tables and max lengths are built per call here, and it is untested)")
 
     def _guard(self) -> None:
         ok, why = self.available("cuda")

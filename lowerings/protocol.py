@@ -73,6 +73,15 @@ class Lowering(Protocol):
       `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
       poisoned, guarded buffers and checks that the returned tensors are those buffers, that every
       element was written, and that nothing was written past either end.
+    - `prepare(inputs) -> Callable[[], LoweringResult]` (used by `dflash-parity bench`): does every
+      host-side step of `run(inputs)` once (planning, index building, output allocation) and returns a
+      zero-argument function that launches only the device work, on the same tensors and buffers every
+      call, without host synchronization, so that it can be captured in a CUDA graph and replayed; each
+      call returns what `run(inputs)` would (the same buffers every time). A later `prepare` may re-plan
+      into the buffers of an earlier one of the same shapes (flashinfer's graph mode does): bench sees
+      it (one output buffer, or the first function wrong once the others are prepared) and times one
+      input set, the L2 flushed before each replay, instead of one graph per rotating set. Without
+      `prepare`, bench times `run` eagerly.
     """
 
     name: str

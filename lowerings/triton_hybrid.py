@@ -9,6 +9,8 @@ runtime argument); large batches run a single pass. Natural-log LSE. The kernels
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from lowerings import counters
@@ -101,6 +103,32 @@ class HybridPaged:
         for t in (ws.acc, ws.m, ws.l):
             t.fill_(float("nan"))
         return ws
+
+    def prepare(self, inputs: Inputs) -> Callable[[], LoweringResult]:
+        """Host work once (the split plan, the split-KV workspace, the output buffers: `inputs.out` and
+        `inputs.lse_out` when given); the returned function only launches the kernels, on the same
+        buffers every call (CUDA-graph capturable: the context lengths are read on the device). Each call
+        of `prepare` allocates its own workspace and outputs. No counters: `run` is what `check` counts."""
+        from lowerings import _hybrid_kernel as hk
+        c = inputs.case
+        B, K, Hq, D = (int(x) for x in inputs.q.shape)
+        dev = inputs.device
+        max_ctx = max(1, inputs.page_table.shape[1]) * c.page_size
+        splits = self.num_splits or hk.plan_num_splits(B, K, Hq, c.num_kv_heads, D, max_ctx, device=dev)
+        ws = (hk.HybridWorkspace.allocate(B, c.num_kv_heads, splits, hk.padded_rows(K, c.group_size), D, dev)
+              if splits > 1 else None)
+        out = inputs.out if inputs.out is not None else torch.empty((B, K, Hq, D), dtype=inputs.q.dtype, device=dev)
+        lse = inputs.lse_out if inputs.lse_out is not None else torch.empty((B, K, Hq), dtype=torch.float32, device=dev)
+        args = (inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens, inputs.k_block,
+                inputs.v_block)
+        kwargs = dict(scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale, out=out, lse_out=lse,
+                      workspace=ws, num_splits=splits)
+
+        def launch() -> LoweringResult:
+            hk.hybrid_paged_attention(*args, **kwargs)
+            return LoweringResult(out=out, lse=lse)
+
+        return launch
 
     def run(self, inputs: Inputs) -> LoweringResult:
         from lowerings import _hybrid_kernel as hk

@@ -1,4 +1,4 @@
-"""`dflash-parity`: list, check, repro, gate.
+"""`dflash-parity`: list, check, repro, gate, bench.
 
 Exit codes: 0 all hold; 1 a parity failure (or a gate failure); 2 bad usage or bad input (one clear
 message naming the input, no traceback).
@@ -100,6 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lowering", action="append", default=[], metavar="NAME",
                     help="lowering to run (default: the one the failure file names)")
 
+    sp = sub.add_parser("bench", help="timing tables (CUDA graphs, median of replays), each row with its parity verdict")
+    common(sp)
+    from parity.bench import TABLES, parse_max_gib
+    sp.add_argument("--table", choices=TABLES + ("all",), default="all", help="which table (default: all)")
+    sp.add_argument("--quick", action="store_true", help="a tiny shape subset (CPU runs, smoke runs)")
+    sp.add_argument("--out", default="bench-report", metavar="DIR",
+                    help="writes bench.json, bench.md and <table>.png here (default: bench-report)")
+    sp.add_argument("--replays", type=_positive_int("--replays"), default=None,
+                    help="timed replays per measurement (default: 50 on cuda, 5 on a cpu)")
+    sp.add_argument("--max-gib", type=parse_max_gib, default=100.0, metavar="GIB",
+                    help="skip shapes whose inputs and oracle would need more memory (default: 100)")
+    sp.add_argument("--time-cap", type=_positive_float("--time-cap"), default=None, metavar="SECONDS",
+                    help="fewer replays for slow shapes: timed replays stop past this (default: 1 on cuda, 0.5 on a cpu)")
+    sp.add_argument("--lowering", action="append", default=[], metavar="NAME",
+                    help="also time this lowering in the hybrid table (repeatable; e.g. a plugin's)")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines")
+
     sp = sub.add_parser("gate", help="compare a report with a baseline; fail on regressions")
     sp.add_argument("new", metavar="NEW", help="new report directory (or its parity.json)")
     sp.add_argument("--baseline", required=True, metavar="OLD", help="baseline report directory or parity.json")
@@ -117,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help (0) or a usage error (2, message already printed)
         return int(exit_.code or 0)
     try:
-        return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate}[args.verb](args)
+        return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate,
+                "bench": _cmd_bench}[args.verb](args)
     except InvalidInput as err:
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -157,10 +175,16 @@ def cmd_list(args) -> int:
 def _progress(quiet: bool):
     last = [0.0]
     tty = sys.stderr.isatty()
+    first_failure = [True]
 
     def show(report, outcome) -> None:
         if quiet:
             return
+        if outcome.status == "fail" and first_failure[0]:
+            # Said at once: a run stopped during a long shrink still leaves what failed in its log.
+            first_failure[0] = False
+            print(("\n" if tty else "") + f"  {report.lowering}: first failure on {outcome.case.short()}: "
+                  + "; ".join(outcome.failures)[:600] + " (shrinking...)", file=sys.stderr, flush=True)
         now = time.perf_counter()
         if outcome.status != "fail" and now - last[0] < (0.2 if tty else 5.0):
             return
@@ -250,6 +274,11 @@ def cmd_check(args) -> int:
             f.unlink()
     data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source)
     print(report_mod.format_table(report_mod.table_rows(data)))
+    if not args.quiet:
+        for name, v in data["lowerings"].items():
+            line = report_mod.phase_line(v)
+            if line:
+                print(f"  time {name}: {line}", file=sys.stderr)
     failed = [r for r in results if r.status == "fail"]
     for r in failed:
         for note in r.extra:
@@ -318,6 +347,33 @@ def cmd_gate(args) -> int:
     atomic_write(md_path, res.markdown)
     print(res.markdown)
     return EXIT_OK if res.passed else EXIT_FAIL
+
+
+def _cmd_bench(args) -> int:
+    """Time the tables; exit 1 when a timed lowering fails parity (or raises), 0 otherwise."""
+    import lowerings
+    from oracle.errors import InvalidInput
+    from parity.bench import TABLES
+    from parity.bench.run import BenchOptions, run_bench
+
+    device, pol = _setup(args)
+    if device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise InvalidInput("--device", "'cuda' was asked for but torch sees no CUDA device here")
+    tables = TABLES if args.table == "all" else (args.table,)
+    for name in args.lowering:
+        lowerings.get(name)  # unknown -> "--lowering: unknown lowering ..."
+    if args.lowering and "hybrid" not in tables:
+        raise InvalidInput("--lowering", f"adds a lowering to the hybrid table, which --table {args.table} leaves out")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InvalidInput("--out", f"{out} exists and is not a directory")
+    opts = BenchOptions(device=device, tables=tables, quick=args.quick, replays=args.replays, max_gib=args.max_gib,
+                        time_cap=args.time_cap, out_dir=str(out), extra_lowerings=tuple(args.lowering),
+                        quiet=args.quiet)
+    result = run_bench(opts, pol)
+    return EXIT_FAIL if result.failed else EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,13 +4,26 @@ Any test that takes the `parity_lowering` fixture is parametrized over the selec
 (`--lowering NAME`, repeatable; default all registered, plugins from `--plugin FILE.py` included);
 `parity_check(lowering)` runs the hypothesis sweep for it and fails with the shrunk case's verdict.
 Tests marked `gpu` skip, with the reason, where torch sees no CUDA device.
+
+GPU runners:
+
+- `--dflash-warmup` (or the ini option `dflash_warmup = true`): after collection, before the first test,
+  load every JIT kernel module the session's lowerings need (`parity.warmup.warm_up`), one tiny case per
+  distinct module, with progress lines; the report (times, and "could not load: <module>: <error>" for
+  a module that failed) is printed in the terminal summary, also from pytest-xdist workers. A failed
+  module never stops the session.
+- Under pytest-xdist, worker `gwN` runs on `cuda:(N mod device_count)` (`torch.cuda.set_device`; its
+  child processes get `CUDA_VISIBLE_DEVICES` narrowed to that GPU). `DFLASH_NO_GPU_PIN=1` turns it off.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+
+WARMUP_KEY = "dflash_warmup"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -22,6 +35,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="hypothesis profile (default: ci when CI is set, else dev)")
     g.addoption("--parity-max-examples", type=int, default=None, help="cases per lowering")
     g.addoption("--parity-tolerances", default=None, metavar="TOML", help="tolerance policy file")
+    g.addoption("--dflash-warmup", action="store_true", default=None,
+                help="load the JIT kernel modules of the session's lowerings once before the first test "
+                     "(progress, then a report in the terminal summary)")
+    parser.addini("dflash_warmup", type="bool", default=False,
+                  help="dflash-parity: warm up JIT kernel modules at session start (as --dflash-warmup)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,6 +57,139 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for path in config.getoption("--plugin"):
         lowerings.load_plugin(path)
+    config.stash[_REPORTS] = []
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("DFLASH_NO_GPU_PIN"):
+        pin_xdist_worker_gpu(os.environ["PYTEST_XDIST_WORKER"])
+
+
+# ---- one GPU per pytest-xdist worker ------------------------------------------------------------------
+def xdist_gpu_index(worker_id: str | None, device_count: int) -> int | None:
+    """The GPU of pytest-xdist worker `gwN`: `N mod device_count`; None outside xdist (no or another id)
+    or without a GPU."""
+    if not worker_id or not worker_id.startswith("gw") or device_count < 1:
+        return None
+    try:
+        n = int(worker_id[2:])
+    except ValueError:
+        return None
+    return n % device_count if n >= 0 else None
+
+
+def narrowed_visible_devices(visible: str | None, index: int, device_count: int) -> str:
+    """`CUDA_VISIBLE_DEVICES` for a child of a worker pinned to `index`: that one entry of the parent's
+    list (ids, UUIDs or MIG names), or the plain index when the parent had none."""
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else []
+    if len(entries) == device_count and 0 <= index < len(entries):
+        return entries[index]
+    return str(index)
+
+
+def pin_xdist_worker_gpu(worker_id: str | None) -> int | None:
+    """Pin this xdist worker to its GPU (`torch.cuda.set_device`) when the machine has more than one;
+    child processes (isolated case runners) inherit a `CUDA_VISIBLE_DEVICES` naming that GPU only.
+    Returns the index, or None when nothing was pinned."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return None
+    if not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    index = xdist_gpu_index(worker_id, count)
+    if index is None or count < 2:
+        return None
+    torch.cuda.set_device(index)  # initializes CUDA with the parent's view before the variable changes
+    os.environ["CUDA_VISIBLE_DEVICES"] = narrowed_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                                                  index, count)
+    return index
+
+
+# ---- JIT warm-up --------------------------------------------------------------------------------------
+_REPORTS = pytest.StashKey[list]()
+
+
+def warmup_enabled(config: pytest.Config) -> bool:
+    opt = config.getoption("--dflash-warmup")
+    return bool(opt) if opt is not None else bool(config.getini("dflash_warmup"))
+
+
+def session_lowerings(items: list[pytest.Item], selected: list[str]) -> list[str]:
+    """The lowerings a session will test: those its `parity_lowering` tests are parametrized over, plus
+    `--lowering` names; every registered lowering when neither names any."""
+    import lowerings
+
+    names: list[str] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("parity_lowering") if callspec is not None else None
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    for name in selected:
+        if name not in names:
+            names.append(name)
+    return names or lowerings.names()
+
+
+def _session_device(config: pytest.Config) -> str:
+    return config.getoption("--parity-device") or ("cuda" if _cuda()[0] else "cpu")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if not warmup_enabled(config) or config.option.collectonly:
+        return
+    import lowerings
+    from parity.warmup import warm_up
+
+    names = session_lowerings(session.items, config.getoption("--lowering"))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    state: dict[str, Any] = {"started": False, "head": ""}
+
+    def progress(line: str) -> None:
+        if tr is None:
+            return
+        if not state["started"]:
+            state["started"] = True
+            tr.write("\n")
+        if line.endswith(" ..."):  # a run starts: its time follows on the same line
+            tr.write(line, flush=True)
+            state["head"] = line
+            return
+        head, state["head"] = state["head"], ""
+        tr.write((line[len(head):] if head and line.startswith(head) else line) + "\n", flush=True)
+
+    chosen = []
+    for n in names:
+        try:
+            chosen.append(lowerings.get(n))
+        except Exception:  # an unknown --lowering: the tests taking it report that themselves
+            continue
+    report = warm_up(chosen, None, _session_device(config), progress)
+    data = report.to_json()
+    config.stash[_REPORTS].append(("", data))
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints it
+        config.workeroutput[WARMUP_KEY] = data
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist controller: keep each worker's warm-up report for the terminal summary."""
+    data = getattr(node, "workeroutput", {}).get(WARMUP_KEY)
+    if data is not None:
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        node.config.stash.setdefault(_REPORTS, []).append((worker, data))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    reports = config.stash.get(_REPORTS, [])
+    if not reports:
+        return
+    terminalreporter.write_sep("-", "dflash-parity JIT warm-up")
+    for worker, data in sorted(reports, key=lambda r: r[0]):
+        prefix = f"[{worker}] " if worker else ""
+        for line in data.get("lines", []):
+            bad = line.startswith("could not load") or "FAILED" in line
+            terminalreporter.write_line(prefix + line, red=bad)
 
 
 def _cuda() -> tuple[bool, str]:

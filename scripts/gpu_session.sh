@@ -21,7 +21,12 @@ if [[ $STEPS == *tests* ]]; then
   kargs=(); [ -n "${PYTEST_K:-}" ] && kargs=(-k "$PYTEST_K")
   echo "== pytest ${targets[*]} ${kargs[*]} (compiled kernels, gpu-marked tests)"
   timeout ${TESTS_TIMEOUT:-240} python3 -m pytest "${targets[@]}" "${kargs[@]}" -q -rs -p no:cacheprovider \
-    --junitxml="$OUT/pytest-junit.xml" 2>&1 | tail -60
+    --junitxml="$OUT/pytest-junit.xml" ${PYTEST_EXTRA:-} 2>&1 | tail -60
+fi
+if [[ $STEPS == *warmup* ]]; then
+  echo "== pytest tests/test_parity.py -k flashinfer --dflash-warmup (JIT warm-up through the plugin)"
+  timeout ${WARMUP_TIMEOUT:-120} python3 -m pytest tests/test_parity.py -k flashinfer --dflash-warmup --parity-device cuda \
+    --parity-max-examples 5 -q -rs -p no:cacheprovider 2>&1 | tail -40
 fi
 if [[ $STEPS == *oracle* ]]; then
   echo "== scripts/gpu_oracle_bench.py (the oracle at production scale)"
@@ -35,8 +40,9 @@ if [[ $STEPS == *sweep* ]]; then
   echo "== fast sweep: check --no-hardening --no-isolate --max-examples ${SWEEP_N:-500} ${sl[*]}"
   start=$(date +%s.%N)
   timeout ${SWEEP_TIMEOUT:-240} python3 -m parity.cli check --device cuda --profile gpu --seed 3 --max-examples ${SWEEP_N:-500} \
-    --no-hardening --no-isolate --report /tmp/sweep "${largs[@]}" 2>&1 | tail -30
-  echo "exit code: ${PIPESTATUS[0]}; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
+    --no-hardening --no-isolate --report /tmp/sweep "${largs[@]}" > "$OUT/sweep.log" 2>&1
+  echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
+  grep -v "^  .*: [0-9]* cases, " "$OUT/sweep.log" | tail -40
   tar -C /tmp -czf "$OUT/sweep.tgz" sweep
 fi
 if [[ $STEPS == *check* ]]; then
