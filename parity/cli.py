@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--case-timeout", type=_positive_float("--case-timeout"), default=None, metavar="SECONDS",
                     help="isolated runs: seconds a case may take before its worker is killed and the case "
                          "fails as hung (default: 120)")
+    sp.add_argument("--kernel-names-every", type=_int_at_least("--kernel-names-every", 0, "an integer >= 0"),
+                    default=4, metavar="N",
+                    help="on CUDA, profile one case in N (by seed) and check its kernel names against the "
+                         "lowering's declaration (default 4; 0: never)")
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
@@ -237,7 +241,8 @@ def cmd_check(args) -> int:
     if args.no_isolate and args.case_timeout is not None:
         raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
     opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
-                      check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening)
+                      check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
+                      profile_every=args.kernel_names_every)
     yard = lowerings.get("sdpa")
     executor = None
     if not args.no_isolate:

@@ -134,6 +134,7 @@ BAD_CLI = [
     ("max-examples zero", lambda t: ["check", "--max-examples", "0"], "--max-examples must be a positive integer"),
     ("max-examples text", lambda t: ["check", "--max-examples", "many"], "--max-examples must be a positive integer"),
     ("negative seed", lambda t: ["check", "--seed", "-3"], "--seed must be an integer >= 0"),
+    ("kernel-names-every negative", lambda t: ["check", "--kernel-names-every", "-1"], "--kernel-names-every must be an integer >= 0"),
     ("unknown profile", lambda t: ["check", "--profile", "fast"], "invalid choice: 'fast'"),
     ("unknown device", lambda t: ["check", "--device", "tpu"], "invalid choice: 'tpu'"),
     ("plugin missing", lambda t: ["list", "--plugin", t / "missing.py"], "missing.py: file not found"),
@@ -209,3 +210,25 @@ def test_check_in_a_fresh_process_runs_the_triton_lowering(tmp_path):
                          env=env, cwd=tmp_path, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "hybrid_paged  pass" in res.stdout
+
+
+def test_kernel_names_every_reaches_the_run_options(monkeypatch, tmp_path):
+    """`--kernel-names-every N` sets how often a CUDA case is profiled for its kernel names (0: never)."""
+    import parity.cli as cli_mod
+    seen = []
+
+    def fake_check_lowering(lw, pol, **kw):
+        seen.append(kw["opts"].profile_every)
+        raise SystemExit(0)
+
+    import parity.runner as runner_mod
+    monkeypatch.setattr(runner_mod, "check_lowering", fake_check_lowering)
+    for n, want in ((None, 4), ("0", 0), ("16", 16)):
+        argv = ["check", "--no-isolate", "--lowering", "sdpa", "--max-examples", "1", "--report", str(tmp_path / "r"), "--quiet"]
+        if n is not None:
+            argv += ["--kernel-names-every", n]
+        try:
+            cli_mod.main(argv)
+        except SystemExit:
+            pass
+        assert seen[-1] == want
