@@ -278,8 +278,9 @@ def warm_up(lowerings: Iterable[Any], cases_or_limits: Any = None, device: str =
             clock: Callable[[], float] = time.perf_counter) -> WarmupReport:
     """Load each distinct kernel module `lowerings` need on `device`, once, timing each (see the module
     docstring for how the modules are found). `progress(line)` is called before each run with
-    `"warm-up 2/5: context[flashinfer-fa3] bf16 D=128 no-window ..."` and after it with the same line
-    ending in the time (`"... 94.1 s"`) or in `"could not load: <modules>: <error first line>"`. A run
+    `"warm-up 6/9: windowed_merge[flashinfer-compiled] bf16 D=128 no-window ..."` and after it with the
+    same line ending in the time (`"... 10.9 s"`, as on the H200 in docs/gpu/2026-11-29-h200-session2.md
+    run 5) or in `"could not load: <modules>: <error first line>"`. A run
     that raises is reported and the warm-up goes on; nothing raises out of here but KeyboardInterrupt."""
     lowerings = list(lowerings)
     report = WarmupReport(device=str(device))

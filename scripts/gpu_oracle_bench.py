@@ -24,7 +24,7 @@ import torch
 
 from oracle import Case, attention, materialize
 
-COPY_TBS = 4.3   # measured copy ceiling on this H200 kind (docs/gpu record of run 1, KINDS.md)
+COPY_TBS = 4.3   # device-to-device copy ceiling of this H200 kind, as the device tool's KINDS.md records it
 FP32_TFLOPS = 67.0
 
 

@@ -136,3 +136,23 @@ def test_compiled_engine_is_fp32_exact_against_fp64(dtype, kv_dtype, layout, sto
         bound = _score_bound(inputs)
         assert_close(fp32, ref, bound, f"torch fp32 {case.short()}")
         assert_close(fast, ref, bound, f"triton {case.short()}")
+
+
+@pytest.mark.parametrize("bug", ["window_one_wider", "part_b_includes_own_key", "wrong_page"])
+def test_agreement_check_catches_a_seeded_engine_bug(bug):
+    """Negative controls: the agreement test above fails when the engine is handed one realistic bug."""
+    case = build_case((9, 21), 4, 2, 3, 16, 4, window=(2, 2), seed=5)
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    if bug == "window_one_wider":
+        ref = attention(inputs, engine="torch")
+        out, lse = attention_triton(inputs, (3, 3), None)
+    elif bug == "part_b_includes_own_key":
+        ref = attention(inputs, engine="torch", window=(-1, -1), future_block_keys_right=2)
+        out, lse = attention_triton(inputs, (-1, 1), None)  # i-1 .. i+1 instead of i+1 .. i+2
+    else:
+        ref = attention(inputs, engine="torch")
+        # request 1 (L=21, page 4): positions 16..20 sit in columns 4 and 5, inside the window of its queries
+        inputs.page_table[1, 4], inputs.page_table[1, 5] = inputs.page_table[1, 5].clone(), inputs.page_table[1, 4].clone()
+        out, lse = attention_triton(inputs, case.window, None)
+    with pytest.raises(AssertionError):
+        assert_close(type(ref)(out=out, lse=lse), ref, _score_bound(inputs), bug)

@@ -179,11 +179,31 @@ def _toml():
     return tomllib.loads(open(policy_mod.DEFAULT_PATH).read())
 
 
-def test_relative_lse_bound_still_catches_a_base_mix_up(ref):
-    """The measured relative term (fa2 kernels) must not hide an LSE in the wrong base."""
-    from dataclasses import replace
-
-    loose = replace(TOL, lse_rel=2.5e-3)
+@pytest.mark.parametrize("name", ["context[flashinfer-fa2]", "decode_rows[flashinfer]", "decode_rows[flashinfer-tc]"])
+def test_fa2_lse_override_still_catches_a_base_mix_up(ref, name):
+    """The measured fa2 override in tolerances.toml (lse_abs 2e-3 plus lse_rel 2.5e-3) passes the
+    errors measured on the H200 and must not hide an LSE in the wrong base."""
+    loose = policy_mod.load().for_lowering(name, "bfloat16")
+    assert loose.lse_abs > TOL.lse_abs and loose.lse_rel > 0  # the override is the one under test
     assert compare("output", ref.out, ref.lse * (1 + 2e-3), ref.out, ref.lse, dtype="bfloat16", tol=loose).passed
+    assert compare("output", ref.out, ref.lse + 1.174e-3, ref.out, ref.lse, dtype="bfloat16", tol=loose).passed
     c = compare("output", ref.out, ref.lse * math.log(2), ref.out, ref.lse, dtype="bfloat16", tol=loose)
     assert any("converted twice" in f for f in c.failures), c.failures
+
+
+def test_phases_are_timed_and_reported():
+    """Each case's wall time is split into phases (runner.PHASES); reports sum them per lowering."""
+    from parity.report import phase_line
+    from parity.runner import PHASES, LoweringReport
+
+    out = run_case(lowerings.get("decode_rows"), CASE, POL, RunOptions(), yardstick=lowerings.get("sdpa"))
+    assert out.status == "pass"
+    assert {"build", "oracle", "yardstick", "lowering", "judge", "hardening"} <= set(out.phases) <= set(PHASES)
+    assert all(v >= 0 for v in out.phases.values()) and sum(out.phases.values()) <= out.seconds + 1e-3
+    rep = LoweringReport("decode_rows", "cpu", "pass")
+    rep.absorb(out)
+    rep.absorb(out)
+    assert rep.phases["lowering"] == pytest.approx(2 * out.phases["lowering"])
+    line = phase_line({"phase_seconds": rep.phases, "cases": 2, "unsupported": 0, "seconds": 2 * out.seconds})
+    assert "cases/s" in line and "lowering" in line and line.endswith("%")
+    assert phase_line({"phase_seconds": {}, "cases": 0}) == ""
