@@ -9,6 +9,7 @@ the split partials, `splits * B * Hkv * rows * (D + 2) * 4` bytes (16 MiB at B=3
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -17,6 +18,11 @@ from oracle.inputs import TORCH_DTYPES, Inputs
 BLOCK_N = 64
 MAX_BLOCK_R = 64
 _SM_COUNT: dict[int, int] = {}
+
+
+def interpreting() -> bool:
+    """Whether `TRITON_INTERPRET` asks for Triton's interpreter (read without importing triton)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def _pow2_at_least(n: int, floor: int = 16) -> int:
@@ -48,7 +54,7 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     G = c.group_size
     dev = inputs.q.device
     if upcast is None:
-        upcast = fk.interpreting()
+        upcast = interpreting()
     R = K * G
     block_r = min(MAX_BLOCK_R, _pow2_at_least(R))
     n_rb = math.ceil(R / block_r)

@@ -24,8 +24,6 @@ does not emulate bf16 products), so the CPU checks the indexing and masking, the
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 
@@ -166,6 +164,3 @@ def _oracle_kernel(
     tl.store(LS + base, l_i)
     tl.store(ACC + base[:, None] * D_PAD + d[None, :], acc)
 
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")

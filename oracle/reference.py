@@ -221,10 +221,9 @@ def _triton_engine_ready(device: torch.device) -> bool:
         import triton  # noqa: F401
     except Exception:
         return False
-    import os
+    from oracle._fast import interpreting
 
-    interpreted = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
-    return device.type == "cuda" or (device.type == "cpu" and interpreted)
+    return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 
 def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype):

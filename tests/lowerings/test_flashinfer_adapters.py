@@ -57,15 +57,6 @@ def case(**kw):
     return build_case(params(**kw))
 
 
-@pytest.fixture
-def restore_registry():
-    lowerings.names()
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-
-
 # --------------------------------------------------------------------------------------------------
 # Import, registration, protocol, availability
 # --------------------------------------------------------------------------------------------------
@@ -405,20 +396,25 @@ def fake_merge_state_in_place(v, s, v_other, s_other, mask=None):
     s[rows] = new_s[rows]
 
 
-@pytest.fixture
-def fake_flashinfer(monkeypatch):
+def install_fake_flashinfer(monkeypatch, decode_wrapper, prefill_wrapper, version: str = "fake"):
+    """A `flashinfer` module (with `flashinfer.page`) of fakes in `sys.modules` for one test."""
     fi = types.ModuleType("flashinfer")
-    fi.__version__ = "fake"
+    fi.__version__ = version
     page = types.ModuleType("flashinfer.page")
     page.append_paged_kv_cache = fake_append_paged_kv_cache
     page.get_batch_indices_positions = fake_get_batch_indices_positions
     fi.page = page
-    fi.BatchDecodeWithPagedKVCacheWrapper = FakeDecodeWrapper
-    fi.BatchPrefillWithPagedKVCacheWrapper = FakePrefillWrapper
+    fi.BatchDecodeWithPagedKVCacheWrapper = decode_wrapper
+    fi.BatchPrefillWithPagedKVCacheWrapper = prefill_wrapper
     fi.merge_state_in_place = fake_merge_state_in_place
     monkeypatch.setitem(sys.modules, "flashinfer", fi)
     monkeypatch.setitem(sys.modules, "flashinfer.page", page)
     return fi
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    return install_fake_flashinfer(monkeypatch, FakeDecodeWrapper, FakePrefillWrapper)
 
 
 POLICY = policy_mod.load()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import types
 
 import pytest
 import torch
@@ -32,28 +31,18 @@ from oracle.inputs import Inputs, materialize
 from parity import policy as policy_mod
 from parity.runner import judge_result
 from tests.lowerings.test_flashinfer_adapters import (
-    skip_compiled_triton_on_cpu_tensors,
     FakeDecodeWrapper,
     FakePrefillWrapper,
     _seq_lens,
-    fake_append_paged_kv_cache,
-    fake_get_batch_indices_positions,
-    fake_merge_state_in_place,
+    install_fake_flashinfer,
+    skip_compiled_triton_on_cpu_tensors,
 )
 
 POLICY = policy_mod.load()
 GRAPH_SAFE = [a.name for a in fp.adapters() if a.graph_safe]
 
 
-@pytest.fixture(autouse=True)
-def _single_threaded_cpu_torch():
-    """Tiny CPU tensors: one intra-op thread (as tests/oracle does); restored after each test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_threaded_torch")  # tests/conftest.py: tiny CPU tensors
 
 
 def fresh(name: str) -> fp.FlashinferBase:
@@ -319,17 +308,7 @@ class FakeGraphPrefillWrapper(FakePrefillWrapper):
 
 @pytest.fixture
 def fake_graph_flashinfer(monkeypatch):
-    fi = types.ModuleType("flashinfer")
-    fi.__version__ = "fake-graph"
-    page = types.ModuleType("flashinfer.page")
-    page.append_paged_kv_cache = fake_append_paged_kv_cache
-    page.get_batch_indices_positions = fake_get_batch_indices_positions
-    fi.page = page
-    fi.BatchDecodeWithPagedKVCacheWrapper = FakeGraphDecodeWrapper
-    fi.BatchPrefillWithPagedKVCacheWrapper = FakeGraphPrefillWrapper
-    fi.merge_state_in_place = fake_merge_state_in_place
-    monkeypatch.setitem(sys.modules, "flashinfer", fi)
-    monkeypatch.setitem(sys.modules, "flashinfer.page", page)
+    fi = install_fake_flashinfer(monkeypatch, FakeGraphDecodeWrapper, FakeGraphPrefillWrapper, "fake-graph")
     WRAPPERS.clear()
     return fi
 

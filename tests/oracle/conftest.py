@@ -8,14 +8,8 @@ The previous thread count is restored after each test, so other test directories
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _single_threaded_torch():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+def _single_threaded_torch(single_threaded_torch):  # tests/conftest.py
+    yield

@@ -14,7 +14,6 @@ import torch
 
 import lowerings
 from lowerings import flashinfer_paged as fp
-from lowerings import registry
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Context, DecodeRows
 from oracle.inputs import Inputs, materialize
@@ -32,13 +31,7 @@ POLICY = policy_mod.load()
 TINY = Shape(1, 32, 8, 2, 64, block=7, page_size=32, layout="HND")  # the quick decode-rows shape
 
 
-@pytest.fixture(autouse=True)
-def restore_registry():
-    lowerings.names()
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 
 
 @pytest.fixture

@@ -17,13 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
 
 
-@pytest.fixture(autouse=True)
-def restore_registry():
-    lowerings.names()  # built-ins loaded before the snapshot
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 
 
 def run(argv, capsys):

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import lowerings
-from lowerings import registry
 from oracle.case import Case
 from oracle.inputs import GUARD, attach_output_buffers, materialize, poison_bits
 from parity import cli
@@ -48,13 +47,7 @@ def policy():
     return parity_policy.load()
 
 
-@pytest.fixture(autouse=True)
-def restore_registry():
-    lowerings.names()
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 
 
 def _case(**over) -> Case:
