@@ -27,6 +27,11 @@ shapes and the split count):
   all partials. ``num_splits`` is a runtime kernel argument (not constexpr, not specialized), so
   changing the batch size or the split count never compiles a new kernel.
 
+Values that change from step to step in serving are never specialized on either (Triton would compile
+a variant for "== 1" and for "divisible by 16"): the longest context ``max_ctx``, the page table's
+strides (its width follows the longest request), and the workspace strides that follow the split count.
+On the H200 a 500-case sweep found three compiles in one shape family before this (docs/gpu run 7).
+
 Empty splits (``L = 0``, ``L`` shorter than a tile, more splits than tiles) write ``m = -inf, l = 0,
 acc = 0`` and contribute exactly nothing; every ``exp2(-inf - -inf)`` is guarded. Each query always has
 its K block keys, so the final row sum is positive.
@@ -211,7 +216,15 @@ def _context_length(ctx_len_ptr, b, max_ctx):
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.jit
+_WS = ["stride_wab", "stride_wah", "stride_was", "stride_war", "stride_wmb", "stride_wmh", "stride_wms", "stride_wmr"]
+DO_NOT_SPECIALIZE = {  # per kernel: its arguments that take run-time values (tests/lowerings/test_specialization.py)
+    "_hybrid_single_kernel": ["max_ctx", "stride_ptb", "stride_ptp"],
+    "_hybrid_split_kernel": ["max_ctx", "num_splits", "stride_ptb", "stride_ptp", *_WS],
+    "_hybrid_merge_splits_kernel": ["num_splits", *_WS],
+}
+
+
+@triton.jit(do_not_specialize=DO_NOT_SPECIALIZE["_hybrid_single_kernel"])
 def _hybrid_single_kernel(
     q_ptr, k_pool, v_pool, pt_ptr, ctx_len_ptr, kb_ptr, vb_ptr, out_ptr, lse_ptr,
     Hkv, G, R, K, n_row_blocks, max_ctx,
@@ -254,7 +267,7 @@ def _hybrid_single_kernel(
                 stride_ob, stride_ok, stride_oh, stride_od, stride_lb, stride_lk, stride_lh, D)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=DO_NOT_SPECIALIZE["_hybrid_split_kernel"])
 def _hybrid_split_kernel(
     q_ptr, k_pool, v_pool, pt_ptr, ctx_len_ptr, ws_acc, ws_m, ws_l,
     Hkv, G, R, n_row_blocks, max_ctx, num_splits,
@@ -305,7 +318,7 @@ def _hybrid_split_kernel(
     tl.store(ws_l + off_m, l_i, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=DO_NOT_SPECIALIZE["_hybrid_merge_splits_kernel"])
 def _hybrid_merge_splits_kernel(
     q_ptr, kb_ptr, vb_ptr, ws_acc, ws_m, ws_l, out_ptr, lse_ptr,
     Hkv, G, R, K, n_row_blocks, num_splits,

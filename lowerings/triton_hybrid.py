@@ -48,7 +48,12 @@ class HybridPaged:
         return Limits(max_batch=3, max_context=140, max_kv_heads=2, max_group=5, max_block=8, head_dims=(64,))
 
     def compile_family(self, case: Case) -> tuple:
-        return (case.dtype, case.kv_dtype, case.head_dim, case.page_size, case.block_size * case.group_size)
+        """What a deployed drafter fixes: dtypes, head dim, page size, K and the head counts (Triton
+        specializes on `Hkv == 1` and `G == 1`, so two models with the same K*G are two families, as
+        measured on the H200, docs/gpu run 7). Batch, lengths, page table and split count must never
+        compile anything new (the kernels' DO_NOT_SPECIALIZE)."""
+        return (case.dtype, case.kv_dtype, case.head_dim, case.page_size, case.block_size, case.num_q_heads,
+                case.num_kv_heads)
 
     def available(self, device: str) -> tuple[bool, str]:
         if device == "cuda" and not torch.cuda.is_available():

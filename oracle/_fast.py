@@ -98,8 +98,8 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         vb.stride(0), vb.stride(1), vb.stride(2),
         pt.stride(0), pt.stride(1),
         Hkv, n_splits, float(c.softmax_scale), k_scale, v_scale, int(left), int(right),
-        int(future_block_keys_right) if fbk else -1,
-        K=K, G=G, D=D, D_PAD=d_pad, PAGE=ps, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad, R_TOT=r_tot,
+        int(future_block_keys_right) if fbk else -1, K, G, ps, r_tot,
+        D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad,
         APPENDED=c.block_storage == "appended", FBK=fbk, V_SPLIT=v_split, UPCAST=bool(upcast),
         num_warps=4, num_stages=2,
     )

@@ -30,8 +30,8 @@ import triton.language as tl
 
 @triton.jit
 def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-          qk_scale, v_scale, left, right, fbk_right,
-          K: tl.constexpr, FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr):
+          qk_scale, v_scale, left, right, fbk_right, K,
+          FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr):
     """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax."""
     if UPCAST:
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
@@ -80,7 +80,15 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
     return acc, m_new, l_i
 
 
-@triton.jit
+# Values that change from case to case are run-time arguments, never specialized on (no "== 1" or
+# "divisible by 16" variants): a sweep over K, GQA groups, page sizes, windows, batch sizes and page-table
+# views compiles the kernel once per (D, row block, storage, window-B mask, fp16 values), not once per
+# case shape. The tensor strides stay specialized: with D in {64, 128} they are multiples of 16 in every
+# case, which keeps the loads vectorized.
+RUNTIME_ARGS = ["s_pt_b", "s_pt_c", "Hkv", "n_splits", "left", "right", "fbk_right", "K", "G", "PAGE", "R_TOT"]
+
+
+@triton.jit(do_not_specialize=RUNTIME_ARGS)
 def _oracle_kernel(
     Q, KP, VP, KB, VB, PT, LENS, ACC, M, LS,
     s_qb, s_qk, s_qh,
@@ -89,9 +97,8 @@ def _oracle_kernel(
     s_kb_b, s_kb_k, s_kb_h,
     s_vb_b, s_vb_k, s_vb_h,
     s_pt_b, s_pt_c,
-    Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, fbk_right,
-    K: tl.constexpr, G: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr, R_TOT: tl.constexpr,
+    Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, fbk_right, K, G, PAGE, R_TOT,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
     APPENDED: tl.constexpr, FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
@@ -142,8 +149,8 @@ def _oracle_kernel(
         v = tl.load(VP + page[:, None] * s_vp_page + slot[:, None] * s_vp_slot + h * s_vp_head + d[None, :],
                     mask=kv_mask, other=0.0)
         acc, m_i, l_i = _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                              sm_scale * k_scale, v_scale, left, right, fbk_right,
-                              K, FBK, V_SPLIT, UPCAST)
+                              sm_scale * k_scale, v_scale, left, right, fbk_right, K,
+                              FBK, V_SPLIT, UPCAST)
 
     if not APPENDED:
         if sp == 0:
@@ -155,8 +162,8 @@ def _oracle_kernel(
             vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
                          mask=kv_mask, other=0.0)
             acc, m_i, l_i = _tile(q, kb, vb, L + j, j_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                                  sm_scale, 1.0, left, right, fbk_right,
-                                  K, FBK, V_SPLIT, UPCAST)
+                                  sm_scale, 1.0, left, right, fbk_right, K,
+                                  FBK, V_SPLIT, UPCAST)
 
     # Partials of this split: acc (unnormalized), running max, running sum, in fp32.
     base = ((sp * tl.num_programs(0) + pid_bh) * R_TOT + rows).to(tl.int64)

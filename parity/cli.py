@@ -1,7 +1,8 @@
 """`dflash-parity`: list, check, repro, gate, bench.
 
 Exit codes: 0 all hold; 1 a parity failure (or a gate failure); 2 bad usage or bad input (one clear
-message naming the input, no traceback).
+message naming the input, no traceback); 130 interrupted (SIGINT): `check` first writes the report of
+the cases that ran, the interrupted lowering marked failed as a partial run.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C, `timeout -s INT`): the report of what ran is written first
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
                     default=4, metavar="N",
                     help="on CUDA, profile one case in N (by seed) and check its kernel names against the "
                          "lowering's declaration (default 4; 0: never)")
+    sp.add_argument("--jobs", type=_positive_int("--jobs"), default=1, metavar="N",
+                    help="check up to N lowerings at once, each in its own process on the same device "
+                         "(default 1; each draws the cases a serial run draws)")
+    sp.add_argument("--warm-up", action="store_true",
+                    help="load each lowering's JIT kernel modules before its first case, timed apart from "
+                         "the cases (see parity.warmup)")
+    sp.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # a --jobs child (parity.jobs)
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
@@ -176,9 +185,11 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _progress(quiet: bool):
+def _progress(quiet: bool, lines: bool = False):
+    """Progress for one lowering's check: a line rewritten in place on a terminal, else (or with `lines`,
+    as in a --jobs child sharing the terminal) a line every 5 s, and the first failure at once."""
     last = [0.0]
-    tty = sys.stderr.isatty()
+    tty = sys.stderr.isatty() and not lines
     first_failure = [True]
 
     def show(report, outcome) -> None:
@@ -225,10 +236,12 @@ def _saved_failures(report_dir: Path, lowering: str):
 
 
 def cmd_check(args) -> int:
+    import signal
+
     import lowerings
     from oracle.errors import InvalidInput
     from parity import report as report_mod
-    from parity.runner import RunOptions, check_lowering
+    from parity.runner import LoweringReport, RunOptions, check_lowering
     from strategies import PROFILES, cases, profile_settings
 
     device, pol = _setup(args)
@@ -240,6 +253,22 @@ def cmd_check(args) -> int:
         raise InvalidInput("--report", f"{report_dir} exists and is not a directory")
     if args.no_isolate and args.case_timeout is not None:
         raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
+    if args.part and len(selected) != 1:
+        raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
+    if args.part:  # a --jobs child: its parent's SIGINT means "write your partial part", even where the
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # parent was started with SIGINT ignored
+    t0 = time.perf_counter()
+    if args.jobs > 1 and len(selected) > 1:
+        from parity.jobs import run_jobs
+
+        if not args.quiet:
+            print(f"checking {len(selected)} lowerings on {device}, up to {args.jobs} at once ({args.profile} profile, "
+                  f"{'in process' if args.no_isolate else 'isolated'} in each)", file=sys.stderr, flush=True)
+        say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say)
+        report_mod.write_merged(report_dir, data)
+        code = _finish(args, data, report_dir, t0)
+        return EXIT_INTERRUPTED if interrupted else code
     opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
                       check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
                       profile_every=args.kernel_names_every)
@@ -252,51 +281,93 @@ def cmd_check(args) -> int:
                                     inflight_dir=report_dir / "inflight")
     where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
     results = []
-    t0 = time.perf_counter()
     try:
         for n, lw in enumerate(selected, 1):
             if not args.quiet:
                 print(f"[{n}/{len(selected)}] {lw.name} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
             limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
+            if args.warm_up:
+                try:
+                    _warm_up(lw, device, args.quiet)
+                except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
+                    results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
+                        "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
+                    print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
+                          file=sys.stderr)
+                    break
             strategy = cases(lw, limits=limits)
             replay = _saved_failures(report_dir, lw.name)
             rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
-                                 replay=replay, progress=_progress(args.quiet), target=PROFILES[args.profile].target,
-                                 seed=args.seed, executor=executor)
-            if not args.quiet and sys.stderr.isatty():
+                                 replay=replay, progress=_progress(args.quiet, lines=args.part),
+                                 target=PROFILES[args.profile].target, seed=args.seed, executor=executor)
+            if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)
+            if rep.interrupted:  # SIGINT: report what ran, check nothing more
+                print(f"dflash-parity: interrupted during {lw.name}; writing the partial report", file=sys.stderr)
+                break
     finally:
         if executor is not None:
             executor.close()
     if executor is not None and not args.quiet:
-        print(f"isolated: {executor.workers_started} worker(s) started, {executor.crashes} case(s) crashed or hung "
-              f"one, {executor.worker_cpu_seconds:.1f} s of worker CPU", file=sys.stderr)
+        print(f"{'  ' + selected[0].name + ': ' if args.part else ''}isolated: {executor.workers_started} worker(s) "
+              f"started, {executor.crashes} case(s) crashed or hung one, {executor.worker_cpu_seconds:.1f} s of "
+              f"worker CPU", file=sys.stderr)
     for lw in selected:  # stale failure files of re-checked lowerings go; this run writes its own
         stem = report_mod.failure_filename(lw.name, 0)[: -len("-0.json")]
         for f in (report_dir / "failures").glob(f"{stem}-*.json"):
             f.unlink()
-    data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source)
+    if args.part:
+        from parity.jobs import part_path
+
+        data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile,
+                                        tolerances=pol.source, part=part_path(report_dir, selected[0].name))
+    else:
+        data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source)
+    code = _finish(args, data, report_dir, t0)
+    return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
+
+
+def _warm_up(lw, device: str, quiet: bool) -> None:
+    """`--warm-up`: load the lowering's JIT modules now (on the GPU: in this process, so that an isolated
+    worker finds them compiled in the on-disk cache and only loads them)."""
+    from parity.warmup import warm_up
+
+    say = (lambda line: None) if quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    rep = warm_up([lw], None, device, progress=say)
+    if not quiet:
+        say(rep.lines()[-1])
+
+
+def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
+    """Print the table, the time split and each failure (from the report data); the exit code."""
+    from oracle.case import Case
+    from parity import report as report_mod
+
     print(report_mod.format_table(report_mod.table_rows(data)))
-    if not args.quiet:
+    if not args.quiet and not args.part:  # a --jobs child's time line is printed by its parent
         for name, v in data["lowerings"].items():
             line = report_mod.phase_line(v)
             if line:
                 print(f"  time {name}: {line}", file=sys.stderr)
-    failed = [r for r in results if r.status == "fail"]
-    for r in failed:
-        for note in r.extra:
-            print(f"\n{r.lowering}: {note}")
-        for i, f in enumerate(r.failures, 1):
-            what = "shrunk failing case" if f.shrunk else "failing case (not shrunk)"
-            print(f"\n{r.lowering}: {what} -> {report_dir / 'failures' / report_mod.failure_filename(r.lowering, i)}")
-            print(f"  {f.outcome.case.short()}")
-            for msg in f.outcome.failures:
+    failed = [(n, v) for n, v in data["lowerings"].items() if v["status"] == "fail"]
+    for name, v in failed:
+        for note in v.get("notes", []):
+            print(f"\n{name}: {note}")
+        for f in v.get("failures", []):
+            what = "shrunk failing case" if f.get("shrunk") else "failing case (not shrunk)"
+            print(f"\n{name}: {what} -> {report_dir / f['file']}")
+            try:
+                print(f"  {Case.from_json_dict(f['case']).short()}")
+            except Exception:  # a case this version cannot read back is still shown as saved
+                print(f"  {json.dumps(f['case'])[:200]}")
+            for msg in f["failures"]:
                 print(f"  - {msg}")
-            print(f"  {report_mod.example_line(f.outcome.case.to_json_dict())[:200]}...")
-    print(f"\n{len(results)} lowering(s), {sum(r.cases for r in results)} cases in {time.perf_counter() - t0:.1f} s; "
-          f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)")
+            print(f"  {f['example'][:200]}...")
+    where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
+    print(f"\n{len(data['lowerings'])} lowering(s), {sum(v['cases'] for v in data['lowerings'].values())} cases in "
+          f"{time.perf_counter() - t0:.1f} s; {where}")
     return EXIT_FAIL if failed else EXIT_OK
 
 

@@ -90,7 +90,9 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
 
 
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
-                  tolerances: str) -> dict[str, Any]:
+                  tolerances: str, part: Path | None = None) -> dict[str, Any]:
+    """Failure files, then `parity.json`, `junit.xml` and `summary.md`; with `part` (a `--jobs` child),
+    the failure files and the report data at `part` only (parity.jobs merges the parts)."""
     d = Path(report_dir)
     data = to_json(reports, device=device, profile=profile, tolerances=tolerances)
     for r in reports:
@@ -98,10 +100,19 @@ def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, devi
             payload = {"lowering": r.lowering, "device": device, "shrunk": f.shrunk,
                        "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict()}
             atomic_write(d / "failures" / failure_filename(r.lowering, n), json.dumps(payload, indent=2) + "\n")
+    if part is not None:
+        atomic_write(Path(part), json.dumps(data, indent=2) + "\n")
+        return data
+    write_merged(d, data)
+    return data
+
+
+def write_merged(report_dir: str | Path, data: dict[str, Any]) -> None:
+    """`parity.json`, `junit.xml` and `summary.md` from report data (one run's, or merged parts)."""
+    d = Path(report_dir)
     atomic_write(d / "parity.json", json.dumps(data, indent=2) + "\n")
     atomic_write(d / "junit.xml", junit_xml(data))
     atomic_write(d / "summary.md", summary_md(data))
-    return data
 
 
 def junit_xml(data: dict[str, Any]) -> str:
@@ -157,13 +168,20 @@ def format_table(rows: list[list[str]]) -> str:
 
 
 def phase_line(v: dict[str, Any]) -> str:
-    """`"5.1 cases/s; build 12%, oracle 4%, lowering 40%, ..."` from a lowering's report entry ('' if none)."""
+    """`"5.1 cases/s; lowering 40%, draw 25%, build 12%, ..."` from a lowering's report entry ('' if none).
+
+    Percentages are of the lowering's wall seconds; `draw` is the part no case phase timed (hypothesis
+    generating and shrinking cases, progress and bookkeeping, worker round trips when isolated)."""
     ph = {k: float(x) for k, x in (v.get("phase_seconds") or {}).items() if float(x) > 0}
-    total = sum(ph.values())
-    if not total:
+    timed = sum(ph.values())
+    if not timed:
         return ""
+    wall = float(v.get("seconds") or 0.0)
+    if wall > timed:
+        ph["draw"] = wall - timed
+    total = max(wall, timed)
     run = v.get("cases", 0) - v.get("unsupported", 0)
-    rate = f"{run / v['seconds']:.1f} cases/s; " if v.get("seconds") else ""
+    rate = f"{run / wall:.1f} cases/s; " if wall else ""
     return rate + ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in sorted(ph.items(), key=lambda kv: -kv[1]))
 
 

@@ -493,6 +493,7 @@ class LoweringReport:
     seconds: float = 0.0
     extra: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
+    interrupted: bool = False  # stopped by KeyboardInterrupt (SIGINT): a partial run, reported as a failure
 
     @property
     def worst_margin(self) -> float:
@@ -629,6 +630,9 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         prop = hyp_seed(seed)(prop)
     try:
         prop()
+    except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
+        report.interrupted = True
+        report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
     except _CaseFailed as err:
         report.failures.append(Failure(err.outcome, shrunk=True))
     except Flaky as err:  # failed, then passed on hypothesis's replay: a timing-dependent crash or hang, a race

@@ -296,3 +296,66 @@ def warm_up(lowerings: Iterable[Any], cases_or_limits: Any = None, device: str =
         say(f"warm-up: not warmed: {name}: {why}")
     report.seconds = clock() - t0
     return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m parity.warmup [LOWERING ...] [--jobs N]`: warm a GPU runner's JIT caches once.
+
+    With `--jobs N` the units of the plan run in up to N processes at once (a module's compile is mostly
+    one nvcc process, so compiles of different modules overlap); each writes to the same on-disk caches
+    (flashinfer serializes builds of one module with a file lock). Exit 1 when a module could not load."""
+    import argparse
+    import subprocess
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m parity.warmup", description=main.__doc__.splitlines()[0])
+    ap.add_argument("lowerings", nargs="*", metavar="LOWERING", help="default: every lowering that can run here")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--jobs", type=int, default=1, metavar="N", help="units run at once, one process each (default 1)")
+    ap.add_argument("--plugin", action="append", default=[], metavar="FILE.py")
+    ap.add_argument("--unit", type=int, default=None, help=argparse.SUPPRESS)  # a --jobs child: run unit N only
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be a positive integer, got {args.jobs}")
+    import lowerings as registry
+
+    for p in args.plugin:
+        registry.load_plugin(p)
+    chosen = [registry.get(n) for n in args.lowerings] if args.lowerings else registry.all_lowerings()
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    if args.unit is not None:
+        units, _, _ = plan_warmup(chosen, None, args.device)
+        unit = units[args.unit]
+        run_unit(unit, args.device)
+        say(unit.line())
+        return 0 if unit.ok else 1
+    if args.jobs == 1:
+        report = warm_up(chosen, None, args.device, progress=say)
+        say(report.lines()[-1])
+        return 0 if report.ok else 1
+    units, not_warmed, skipped = plan_warmup(chosen, None, args.device)
+    t0 = time.perf_counter()
+    base = [sys.executable, "-m", "parity.warmup", "--device", args.device, *[x for p in args.plugin for x in ("--plugin", p)],
+            *[u for u in args.lowerings]]
+    pending, running, failed = list(range(len(units))), {}, 0
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            i = pending.pop(0)
+            say(units[i].head() + " ... (started)")
+            running[i] = subprocess.Popen([*base, "--unit", str(i)], stdout=subprocess.PIPE, text=True)
+        for i in list(running):
+            code = running[i].poll()
+            if code is not None:
+                out = running.pop(i).communicate()[0].strip()
+                failed += code != 0
+                say(out or f"{units[i].head()} ... could not load: the warm-up process exited with code {code}")
+        time.sleep(0.2)
+    for name, why in not_warmed:
+        say(f"warm-up: not warmed: {name}: {why}")
+    say(f"warm-up on {args.device}: {len(units)} unit(s) in {args.jobs} processes, {time.perf_counter() - t0:.1f} s"
+        + (f"; {failed} FAILED to load" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

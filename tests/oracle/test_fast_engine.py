@@ -156,3 +156,33 @@ def test_agreement_check_catches_a_seeded_engine_bug(bug):
         out, lse = attention_triton(inputs, case.window, None)
     with pytest.raises(AssertionError):
         assert_close(type(ref)(out=out, lse=lse), ref, _score_bound(inputs), bug)
+
+
+@gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (compiled Triton variants)")
+def test_compiled_engine_compiles_once_across_case_shapes():
+    """A sweep must not pay a Triton compile per case shape: K, GQA group, page size, window, batch size,
+    context lengths and a padded page-table view are run-time values of the oracle kernel, so one
+    (D, row block, storage) family compiles once."""
+    from lowerings.counters import triton_compiled_variants
+    from oracle import _fast_kernel as fk
+
+    shapes = [  # (context_lens, K, Hkv, G, page, window, page_table_pad); rows K*G <= 16: one row block
+        ((5, 0, 33), 2, 2, 4, 16, (-1, -1), 0),
+        ((7,), 3, 1, 5, 32, (-1, 0), 0),
+        ((64, 65), 1, 3, 1, 16, (4, 0), 3),
+        ((1, 2, 3, 4), 4, 1, 3, 64, (1, 1), 0),
+        ((129,), 7, 2, 2, 16, (7, -1), 5),
+        ((17, 16), 8, 4, 2, 32, (-1, -1), 1),
+    ]
+    before = None
+    for ctx, K, Hkv, G, page, window, pad in shapes:
+        case = build_case(ctx, K, Hkv, G, 128, page, window=window, page_table_pad=pad)
+        inputs = materialize(case, "cuda")
+        attention(inputs, engine="triton")
+        torch.cuda.synchronize()
+        if before is None:
+            before = triton_compiled_variants(fk._oracle_kernel)  # after the family's first compile
+    assert triton_compiled_variants(fk._oracle_kernel) == before, (
+        f"the oracle kernel compiled {triton_compiled_variants(fk._oracle_kernel) - before} more variant(s) "
+        f"over {len(shapes) - 1} case shapes of one family")

@@ -1,0 +1,125 @@
+"""No Triton recompile within a shape family, checked on the CPU.
+
+Triton compiles a variant of a kernel for each combination of its constexprs and, for every integer
+argument it specializes on, whether the value is 1 or divisible by 16. A value that follows the batch
+(the longest context, the page table's width, the split count) must therefore never be specialized on,
+or serving recompiles as batches change (BUGS.md, "a recompile per batch size"; found on the H200 for
+the hybrid kernel's `max_ctx` and page-table stride, docs/gpu run 7). Here every launch of the hybrid
+kernels and of the oracle's kernel is recorded over drawn cases (the interpreter runs them), and within
+one shape family each specialized integer argument must fall in one class.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import lowerings
+from oracle import attention, materialize
+from strategies import Limits, cases
+
+SETTINGS = settings(max_examples=30, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def spec_class(v: int) -> str:
+    """Triton's specialization of an integer argument: "1", "16" (divisible by 16) or "n"."""
+    return "1" if v == 1 else ("16" if v % 16 == 0 else "n")
+
+
+class Recorder:
+    """Stands in for a kernel object: `kernel[grid](*args, **kw)` is recorded, then launched."""
+
+    def __init__(self, name, kernel, log, family):
+        self.name, self.kernel, self.log, self.family = name, kernel, log, family
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.log.append((self.family[0], self.name, self.kernel.arg_names, args, kw))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+def variants(log, do_not_specialize):
+    """{(family, kernel): {specialization key}} over the recorded launches."""
+    seen = collections.defaultdict(set)
+    for family, name, arg_names, args, kw in log:
+        skip = set(do_not_specialize.get(name, ()))
+        key = tuple((n, spec_class(a)) for n, a in zip(arg_names, args)
+                    if isinstance(a, int) and not isinstance(a, bool) and n not in skip)
+        const = tuple(sorted((k, v) for k, v in kw.items() if not k.startswith("num_")))
+        seen[(family, name, const)].add(key)
+    return seen
+
+
+def differing(keys) -> list[str]:
+    keys = list(keys)
+    return sorted({n for i, (n, _) in enumerate(keys[0]) if len({k[i][1] for k in keys}) > 1})
+
+
+@pytest.mark.parametrize("name", ["hybrid_paged", "hybrid_paged[splits=4]"])
+def test_hybrid_kernels_compile_once_per_shape_family(name, monkeypatch):
+    from lowerings import _hybrid_kernel as hk
+
+    lw = lowerings.get(name)
+    log, family = [], [None]
+    monkeypatch.setattr(hk, "kernel_is_interpreted", lambda k: True)
+    for kname in hk.DO_NOT_SPECIALIZE:
+        monkeypatch.setattr(hk, kname, Recorder(kname, getattr(hk, kname), log, family))
+
+    # One shape family (dtype, kv dtype, D, page, K*G) at a time; batch, lengths, heads, layout and
+    # page-table padding vary freely.
+    @SETTINGS
+    @given(case=cases(lw, limits=Limits(max_context=300), block_size=3, group=2, head_dim=64, page_size=16,
+                      dtype="bfloat16", kv_dtype="bfloat16"))
+    def run(case):
+        family[0] = lw.compile_family(case)
+        lw.run(materialize(case, "cpu"))
+
+    run()
+    assert log, "no launch recorded"
+    seen = variants(log, hk.DO_NOT_SPECIALIZE)
+    bad = {k: differing(v) for k, v in seen.items() if len(v) > 1}
+    assert not bad, f"specialized on run-time values (recompiles within a family): {bad}"
+
+
+def test_oracle_kernel_compiles_once_per_family(monkeypatch):
+    from oracle import _fast_kernel as fk
+
+    log, family = [], [None]
+    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+
+    @SETTINGS
+    @given(case=cases(limits=Limits(max_context=300), head_dim=64, dtype="bfloat16", kv_dtype="bfloat16",
+                      block_storage="dense"))
+    def run(case):
+        family[0] = ("D=64",)  # its constexprs (row block, storage, ...) are part of the key below
+        attention(materialize(case, "cpu"), engine="triton")
+
+    run()
+    seen = variants(log, {"_oracle_kernel": fk.RUNTIME_ARGS})
+    bad = {k[2]: differing(v) for k, v in seen.items() if len(v) > 1}
+    assert not bad, f"the oracle kernel specializes on run-time values: {bad}"
+
+
+def test_the_check_sees_a_value_specialized_on(monkeypatch):
+    """The check can fail: with `max_ctx` specialized again (the H200 finding), it names it."""
+    from lowerings import _hybrid_kernel as hk
+
+    lw = lowerings.get("hybrid_paged")
+    log, family = [], [None]
+    monkeypatch.setattr(hk, "kernel_is_interpreted", lambda k: True)
+    monkeypatch.setattr(hk, "_hybrid_single_kernel",
+                        Recorder("_hybrid_single_kernel", hk._hybrid_single_kernel, log, family))
+    from tests.oracle.oracle_cases import build_case  # the oracle tests' case builder
+
+    for lens in ([5], [13], [2, 1]):  # page size 1: max_ctx = the table's capacity, L + K: 8, 16, 5
+        case = build_case(lens, 3, 1, 2, 64, 1)
+        family[0] = lw.compile_family(case)
+        lw.run(materialize(case, "cpu"))
+    without = {k: v for k, v in hk.DO_NOT_SPECIALIZE.items()}
+    without["_hybrid_single_kernel"] = [n for n in without["_hybrid_single_kernel"] if n != "max_ctx"]
+    seen = variants(log, without)
+    assert [differing(v) for v in seen.values()] == [["max_ctx"]]

@@ -1,0 +1,134 @@
+"""`check --jobs N` (parity/jobs.py): lowerings checked side by side give the serial run's report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from parity import cli, jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
+
+pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
+
+SAME = ("status", "cases", "passed", "unsupported", "calls_checked", "classes")
+
+
+def _check(tmp: Path, *extra: str) -> tuple[int, dict]:
+    code = cli.main(["check", "--plugin", str(PLUGIN), "--lowering", "sdpa", "--lowering", "my_windowed_merge",
+                     "--lowering", "decode_rows", "--max-examples", "12", "--no-isolate", "--quiet", "--device", "cpu",
+                     "--report", str(tmp), *extra])
+    return code, json.loads((tmp / "parity.json").read_text())
+
+
+def test_jobs_report_is_the_serial_report(tmp_path, capsys, monkeypatch):
+    """Same cases drawn per lowering, same verdicts and figures, the same shrunk failure (a plugin's
+    mutant, so plugins reach the children), entries in the order asked for."""
+    import torch
+
+    # The children run with this process's CPU thread count. Their figures are still compared to
+    # rounding only: a torch lowering's fp32 sums depend on the thread count and on the buffers'
+    # alignment (another process), and one bf16 rounding flip moves an error by up to 1 ulp (measured
+    # here: worst ulp 0.4998 vs 0.4976, 0.6085 vs 0.5721; rel L2 equal to 6 digits).
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    code1, serial = _check(tmp_path / "serial")
+    from lowerings import registry
+    registry.unregister("my_windowed_merge")  # the parent loads the plugin again
+    code2, par = _check(tmp_path / "par", "--jobs", "3")
+    out = capsys.readouterr().out
+    assert code1 == code2 == 1, out
+    assert list(par["lowerings"]) == ["sdpa", "my_windowed_merge", "decode_rows"]
+    for name, v in serial["lowerings"].items():
+        w = par["lowerings"][name]
+        assert {k: w[k] for k in SAME} == {k: v[k] for k in SAME}, name
+        assert abs(w["worst_ulp"] - v["worst_ulp"]) <= 0.1 and abs(w["worst_margin"] - v["worst_margin"]) <= 0.1, name
+        assert w["worst_rel_l2"] == pytest.approx(v["worst_rel_l2"], rel=1e-2), name
+        assert [f["case"] for f in w["failures"]] == [f["case"] for f in v["failures"]], name
+    assert par["lowerings"]["my_windowed_merge"]["status"] == "fail"
+    saved = json.loads((tmp_path / "par" / "failures" / "my_windowed_merge-1.json").read_text())
+    assert saved["case"] == par["lowerings"]["my_windowed_merge"]["failures"][0]["case"]
+    assert "# dflash-parity: FAIL" in (tmp_path / "par" / "summary.md").read_text()
+    assert (tmp_path / "par" / "parts" / "sdpa.json").is_file()
+    assert "my_windowed_merge: shrunk failing case" in out
+
+
+def test_a_child_that_wrote_nothing_is_a_failed_entry(tmp_path):
+    """A killed child (no part written) is reported as a failure saying how it exited and where its log is."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "decode_rows.log").write_text("loading...\nSegmentation fault\n")
+    header = {"schema": "dflash-parity/report", "version": 1, "device": "cuda", "profile": "gpu", "torch": "x",
+              "tolerances": "t", "created": "now"}
+    data = jobs.merge_parts(tmp_path, ["decode_rows", "never"], {"decode_rows": -9}, header)
+    v = data["lowerings"]["decode_rows"]
+    assert v["status"] == "fail" and v["cases"] == 0
+    assert "killed by signal 9" in v["notes"][0] and "Segmentation fault" in v["notes"][0]
+    assert "was never started (the run was interrupted first)" in data["lowerings"]["never"]["notes"][0]
+    from parity.report import junit_xml, summary_md
+    assert 'failures="2"' in junit_xml(data) and "FAIL" in summary_md(data)
+
+
+def test_children_get_their_share_of_the_cores():
+    env = jobs.child_env(4, environ={"PATH": "/bin"}, cpus=16)
+    assert env["OMP_NUM_THREADS"] == "4" and env["MKL_NUM_THREADS"] == "4" and env["PATH"] == "/bin"
+    assert jobs.child_env(8, environ={}, cpus=2)["OMP_NUM_THREADS"] == "1"
+    assert jobs.child_env(2, environ={"OMP_NUM_THREADS": "3"}, cpus=16)["OMP_NUM_THREADS"] == "3"  # the user's
+
+
+def test_child_argv_forwards_every_option():
+    args = argparse.Namespace(profile="gpu", report="rep", kernel_names_every=0, plugin=["p.py"], tolerances="t.toml",
+                              max_examples=500, seed=3, database=None, case_timeout=30.0, no_hardening=True,
+                              no_isolate=False, warm_up=True, quiet=False)
+    argv = jobs.child_argv(args, "decode_rows", "cuda")
+    text = " ".join(argv[1:])
+    for frag in ("-m parity.cli check --lowering decode_rows --device cuda --profile gpu --report rep --part",
+                 "--kernel-names-every 0", "--tolerances t.toml", "--max-examples 500", "--seed 3",
+                 "--case-timeout 30.0", "--no-hardening", "--warm-up"):
+        assert frag in text, frag
+    assert str(Path("p.py").resolve()) in argv and "--database" not in argv and "--no-isolate" not in argv
+
+
+def test_part_is_for_one_lowering(tmp_path, capsys):
+    code = cli.main(["check", "--part", "--lowering", "sdpa", "--lowering", "context", "--device", "cpu",
+                     "--report", str(tmp_path)])
+    assert code == 2 and "--part" in capsys.readouterr().err
+
+
+def test_an_interrupted_check_keeps_what_ran(tmp_path):
+    """SIGINT (KeyboardInterrupt) during a lowering's cases: its report keeps the cases that ran and
+    fails as a partial run; `check` writes the report and exits 130 (as a --jobs child does for its part)."""
+    import lowerings
+    from parity import policy
+    from parity.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    seen = []
+
+    def progress(report, outcome):
+        seen.append(outcome)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    lw = lowerings.get("decode_rows")
+    rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
+                         opts=RunOptions(), progress=progress)
+    assert rep.interrupted and rep.status == "fail" and rep.cases == 3
+    assert rep.extra == ["interrupted after 3 case(s): a partial run, not a verdict"]
+
+
+def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkeypatch, capsys):
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_warm_up", stop)
+    code = cli.main(["check", "--warm-up", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu",
+                     "--no-isolate", "--quiet", "--report", str(tmp_path)])
+    assert code == 130
+    data = json.loads((tmp_path / "parity.json").read_text())
+    assert list(data["lowerings"]) == ["decode_rows"]
+    v = data["lowerings"]["decode_rows"]
+    assert v["status"] == "fail" and "during the JIT warm-up" in v["notes"][0]
