@@ -108,7 +108,8 @@ def test_split_count_as_constexpr_is_caught(tmp_path):
     for kernel in (real._hybrid_split_kernel, real._hybrid_merge_splits_kernel):
         assert not kernel_param_is_constexpr(kernel, "num_splits")
         assert kernel_param_not_specialized(kernel, "num_splits")
-    mod = mutated_module(HYBRID, [("@triton.jit(do_not_specialize=[\"num_splits\"])\ndef _hybrid_split_kernel(",
+    mod = mutated_module(HYBRID, [("@triton.jit(do_not_specialize=DO_NOT_SPECIALIZE[\"_hybrid_split_kernel\"])\n"
+                                   "def _hybrid_split_kernel(",
                                    "@triton.jit\ndef _hybrid_split_kernel("),
                                   ("max_ctx, num_splits,\n    qk_scale2_ctx, v_scale,",
                                    "max_ctx, num_splits: tl.constexpr,\n    qk_scale2_ctx, v_scale,")],

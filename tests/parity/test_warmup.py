@@ -382,3 +382,43 @@ def test_warmup_enabled_by_option_or_ini():
     assert not plug.warmup_enabled(config(None, False))
     assert plug.warmup_enabled(config(True, False))
     assert plug.warmup_enabled(config(None, True))
+
+
+PLUGIN = '''
+from lowerings import register
+from lowerings.torch_emulation import DecodeRows
+from strategies import Limits
+
+
+class Narrow(DecodeRows):
+    """decode_rows limited to one warm-up variant (bf16, D=64); `broken` raises like a failed build."""
+    def __init__(self, name, broken=False):
+        super().__init__()
+        self.name, self.broken = name, broken
+    def case_limits(self, device):
+        return Limits(dtypes=("bfloat16",), kv_dtypes=("same",), head_dims=(64,))
+    def run(self, inputs):
+        if self.broken:
+            raise RuntimeError("nvcc exited with 1")
+        return super().run(inputs)
+
+
+register(Narrow("narrow_ok"))
+register(Narrow("narrow_broken", broken=True))
+'''
+
+
+def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
+    """`python -m parity.warmup --jobs 2`: one process per unit, each line reported, exit 1 on a failure."""
+    from parity import warmup
+
+    plugin = tmp_path / "narrow.py"
+    plugin.write_text(PLUGIN)
+    code = warmup.main(["--device", "cpu", "--jobs", "2", "--plugin", str(plugin), "narrow_ok", "narrow_broken"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "warm-up 1/2: narrow_ok bf16 D=64 no-window ... " in out and "(started)" in out
+    assert "warm-up 2/2: narrow_broken bf16 D=64 no-window ... could not load: " in out
+    assert "RuntimeError: nvcc exited with 1" in out
+    assert out.strip().splitlines()[-1].startswith("warm-up on cpu: 2 unit(s) in 2 processes") \
+        and out.strip().endswith("1 FAILED to load")
