@@ -384,7 +384,7 @@ def test_warmup_enabled_by_option_or_ini():
     assert plug.warmup_enabled(config(None, True))
 
 
-PLUGIN = '''
+NARROW_PLUGIN = '''
 from lowerings import register
 from lowerings.torch_emulation import DecodeRows
 from strategies import Limits
@@ -413,7 +413,7 @@ def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
     from parity import warmup
 
     plugin = tmp_path / "narrow.py"
-    plugin.write_text(PLUGIN)
+    plugin.write_text(NARROW_PLUGIN)
     code = warmup.main(["--device", "cpu", "--jobs", "2", "--plugin", str(plugin), "narrow_ok", "narrow_broken"])
     out = capsys.readouterr().out
     assert code == 1, out
