@@ -37,6 +37,9 @@ def test_check_passes_and_writes_reports(tmp_path, capsys):
         assert v["status"] == "pass" and v["cases"] == 8 and v["calls_checked"] == 8
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()
     assert "# dflash-parity: PASS" in (tmp_path / "summary.md").read_text()
+    # readable: a case's lengths and each page-table row on one line, the rest indented
+    lens = [ln for ln in (tmp_path / "parity.json").read_text().splitlines() if '"context_lens": [' in ln]
+    assert lens and all(ln.rstrip(",").endswith("]") for ln in lens)
     assert "context" in out and "pass" in out
 
 

@@ -132,3 +132,13 @@ def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkey
     assert list(data["lowerings"]) == ["decode_rows"]
     v = data["lowerings"]["decode_rows"]
     assert v["status"] == "fail" and "during the JIT warm-up" in v["notes"][0]
+
+
+def test_report_json_keeps_flat_lists_on_one_line():
+    from parity.report import dumps
+
+    data = {"a": [1, 2.5, "x"], "b": {"pages": [[3, 4], [5]], "e": {}, "n": None}, "c": []}
+    text = dumps(data)
+    assert json.loads(text) == data
+    assert '"a": [1, 2.5, "x"]' in text and "[3, 4]" in text and '"e": {}' in text and '"c": []' in text
+    assert text.splitlines()[1] == '  "a": [1, 2.5, "x"],'
