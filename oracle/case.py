@@ -225,14 +225,24 @@ def _validate(c: Case) -> None:
          f"a pair (left, right) of integers >= -1 (-1 = unbounded), got {c.window!r}")
     need(len(c.pages) == len(c.context_lens), "pages",
          f"one page list per request: {len(c.context_lens)} requests, got {len(c.pages)} lists")
+    flat = [p for row in c.pages for p in row]
+    if (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < c.num_pages))
+            and len(set(flat)) == len(flat)):  # the common case, checked at C speed; else find the culprit
+        for b, row in enumerate(c.pages):
+            want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
+            need(len(row) >= want, f"pages[{b}]",
+                 f"request {b} holds L+K = {c.context_lens[b] + c.block_size} tokens and needs {want} pages of "
+                 f"{c.page_size}, got {len(row)}")
+        return
     owner: dict[int, int] = {}
     for b, row in enumerate(c.pages):
         want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
         need(len(row) >= want, f"pages[{b}]",
              f"request {b} holds L+K = {c.context_lens[b] + c.block_size} tokens and needs {want} pages of "
              f"{c.page_size}, got {len(row)}")
-        for p in row:
-            need(_is_int(p) and 0 <= p < c.num_pages, f"pages[{b}]",
-                 f"page ids must lie in the pool [0, num_pages={c.num_pages}), got {p!r}")
-            need(p not in owner, f"pages[{b}]", f"page {p} is already owned by request {owner.get(p)}; pages never alias")
+        for p in row:  # messages built only on failure: this loop runs once per page of every case drawn
+            if not (_is_int(p) and 0 <= p < c.num_pages):
+                need(False, f"pages[{b}]", f"page ids must lie in the pool [0, num_pages={c.num_pages}), got {p!r}")
+            if p in owner:
+                need(False, f"pages[{b}]", f"page {p} is already owned by request {owner[p]}; pages never alias")
             owner[p] = b

@@ -10,6 +10,7 @@ built, instead of rejecting most examples.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,16 @@ def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
                      st.tuples(st.sampled_from(("noncausal_swa", "causal", "causal_swa")), width))
 
 
+@functools.lru_cache(maxsize=64)
+def _pool_order(num_pages: int, perm_seed: int) -> tuple[int, ...]:
+    """The pool's page ids permuted by `perm_seed` (0: in order). Cached: `_repair` builds up to a few
+    dozen candidates of one draw, mostly with the same pool."""
+    ids = list(range(num_pages))
+    if perm_seed:
+        random.Random(perm_seed).shuffle(ids)
+    return tuple(ids)
+
+
 def build_case(p: dict[str, Any]) -> Case:
     """A `Case` from drawn primitive parameters (pages permuted by `p['perm_seed']`)."""
     kind, width = p["window"]
@@ -83,9 +94,7 @@ def build_case(p: dict[str, Any]) -> Case:
     need = [pages_needed(L, K, ps) for L in p["context_lens"]]
     extra = [p["extra_pages"] if b == 0 else 0 for b in range(len(need))]
     num_pages = sum(need) + sum(extra) + p["spare_pages"]
-    ids = list(range(num_pages))
-    if p["perm_seed"]:
-        random.Random(p["perm_seed"]).shuffle(ids)
+    ids = _pool_order(num_pages, p["perm_seed"])
     pages, at = [], 0
     for n, e in zip(need, extra):
         pages.append(tuple(ids[at: at + n + e]))

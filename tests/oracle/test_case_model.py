@@ -55,6 +55,8 @@ INVALID = {
     "page_id_outside_pool": (dict(pages=((0, 1), (2, 6))), "pages[1]"),
     "negative_page_id": (dict(pages=((0, -1), (2, 3))), "pages[0]"),
     "page_owned_twice": (dict(pages=((0, 1), (1, 3))), "pages[1]"),
+    "page_id_bool": (dict(pages=((0, 1), (2, True))), "pages[1]"),  # True == 1: also owned twice
+    "page_id_float": (dict(pages=((0, 1.0), (2, 3))), "pages[0]"),
     "negative_context_length": (dict(context_lens=(-1, 5)), "context_lens[0]"),
     "unknown_dtype": (dict(dtype="float32", kv_dtype="float32"), "dtype"),
     "unknown_kv_dtype": (dict(kv_dtype="int8"), "kv_dtype"),
