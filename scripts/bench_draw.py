@@ -1,0 +1,44 @@
+"""Time drawing cases (hypothesis + repair + validation), and fingerprint them.
+
+    python scripts/bench_draw.py [N]
+
+Draws N (default 150) `gpu`-profile cases for each of four lowerings with their CUDA case limits (no
+GPU needed: only the strategies run) and prints the cases drawn, a SHA-256 prefix of their JSON (equal
+fingerprints: the very same cases) and the milliseconds per case. Used for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+
+from hypothesis import given
+
+import lowerings
+from strategies import cases, profile_settings
+
+LOWERINGS = ("decode_rows[flashinfer]", "windowed_merge[flashinfer-eager]", "hybrid_paged", "context")
+
+
+def main(n: int = 150) -> None:
+    digest, count = hashlib.sha256(), 0
+    t0 = time.perf_counter()
+    for name in LOWERINGS:
+        lw = lowerings.get(name)
+        limits = lw.case_limits("cuda") if callable(getattr(lw, "case_limits", None)) else None
+
+        @profile_settings("gpu", max_examples=n)
+        @given(case=cases(lw, limits=limits))
+        def draw(case):
+            nonlocal count
+            count += 1
+            digest.update(case.to_json().encode())
+
+        draw()
+    ms = (time.perf_counter() - t0) / count * 1000
+    print(f"{count} cases, fingerprint {digest.hexdigest()[:16]}, {ms:.1f} ms per case")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 150)
