@@ -226,21 +226,19 @@ def _validate(c: Case) -> None:
     need(len(c.pages) == len(c.context_lens), "pages",
          f"one page list per request: {len(c.context_lens)} requests, got {len(c.pages)} lists")
     flat = [p for row in c.pages for p in row]
-    if (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < c.num_pages))
-            and len(set(flat)) == len(flat)):  # the common case, checked at C speed; else find the culprit
-        for b, row in enumerate(c.pages):
-            want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
-            need(len(row) >= want, f"pages[{b}]",
-                 f"request {b} holds L+K = {c.context_lens[b] + c.block_size} tokens and needs {want} pages of "
-                 f"{c.page_size}, got {len(row)}")
-        return
+    # The common case (distinct int ids inside the pool) is checked at C speed; otherwise the loop below
+    # finds the first culprit page and names it.
+    pages_ok = (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < c.num_pages))
+                and len(set(flat)) == len(flat))
     owner: dict[int, int] = {}
     for b, row in enumerate(c.pages):
         want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
         need(len(row) >= want, f"pages[{b}]",
              f"request {b} holds L+K = {c.context_lens[b] + c.block_size} tokens and needs {want} pages of "
              f"{c.page_size}, got {len(row)}")
-        for p in row:  # messages built only on failure: this loop runs once per page of every case drawn
+        if pages_ok:
+            continue
+        for p in row:  # messages built only on failure
             if not (_is_int(p) and 0 <= p < c.num_pages):
                 need(False, f"pages[{b}]", f"page ids must lie in the pool [0, num_pages={c.num_pages}), got {p!r}")
             if p in owner:

@@ -318,13 +318,11 @@ def cmd_check(args) -> int:
         stem = report_mod.failure_filename(lw.name, 0)[: -len("-0.json")]
         for f in (report_dir / "failures").glob(f"{stem}-*.json"):
             f.unlink()
-    if args.part:
-        from parity.jobs import part_path
+    from parity.jobs import part_path
 
-        data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile,
-                                        tolerances=pol.source, part=part_path(report_dir, selected[0].name))
-    else:
-        data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source)
+    part = part_path(report_dir, selected[0].name) if args.part else None
+    data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source,
+                                    part=part)
     code = _finish(args, data, report_dir, t0)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 

@@ -69,11 +69,11 @@ def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None
 
 def _lost_entry(name: str, device: str, why: str) -> dict[str, Any]:
     """The report entry of a lowering whose child wrote no part: a failure that says why."""
-    return {"status": "fail", "reason": "", "cases": 0, "passed": 0, "unsupported": 0, "calls_checked": 0,
-            "seconds": 0.0, "worst_margin": 0.0, "worst_case": None, "worst_figures": {}, "worst_ulp": 0.0,
-            "worst_ulp_case": None, "worst_rel_l2": 0.0, "worst_rel_l2_case": None, "compiles": {},
-            "compile_families": 0, "max_compiles_in_a_family": 0, "max_compiles": None, "classes": {},
-            "notes": [why], "failures": [], "phase_seconds": {}}
+    from parity.report import to_json
+    from parity.runner import LoweringReport
+
+    return to_json([LoweringReport(name, device, "fail", extra=[why])], device=device, profile="",
+                   tolerances="")["lowerings"][name]
 
 
 def _tail(path: Path, n: int = 6) -> str:
