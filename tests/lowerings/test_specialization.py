@@ -123,3 +123,17 @@ def test_the_check_sees_a_value_specialized_on(monkeypatch):
     without["_hybrid_single_kernel"] = [n for n in without["_hybrid_single_kernel"] if n != "max_ctx"]
     seen = variants(log, without)
     assert [differing(v) for v in seen.values()] == [["max_ctx"]]
+
+
+def test_the_oracle_check_sees_a_value_specialized_on(monkeypatch):
+    """The oracle's check can fail too: were `K` specialized again, K=1 and K=3 of one family differ."""
+    from oracle import _fast_kernel as fk
+    from tests.oracle.oracle_cases import build_case
+
+    log, family = [], [("D=64",)]
+    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+    for K in (1, 3):  # K*G <= 16: one row block, the same constexprs
+        attention(materialize(build_case([5], K, 1, 2, 64, 16), "cpu"), engine="triton")
+    without = {"_oracle_kernel": [n for n in fk.RUNTIME_ARGS if n != "K"]}
+    assert [differing(v) for v in variants(log, without).values()] == [["K"]]
+    assert [differing(v) for v in variants(log, {"_oracle_kernel": fk.RUNTIME_ARGS}).values()] == [[]]
