@@ -16,6 +16,7 @@ has `LSE_B = -inf`, weight 0, and leaves `O_A` bit for bit. Returns `out` in o_a
 from __future__ import annotations
 
 import math
+import types
 from typing import Callable
 
 import torch
@@ -113,7 +114,7 @@ def _merge_unrolled(q, k_block, v_block, o_a, lse_a, scale: float, right: int, l
     return out, lse
 
 
-_COMPILED: dict[str, Callable] = {}
+_COMPILED: dict[tuple, Callable] = {}  # compiled_family -> its torch.compile'd function
 
 
 def _counting_backend(inner: str):
@@ -144,16 +145,40 @@ def _no_silent_eager_fallback() -> None:
         dc.fail_on_recompile_limit_hit = True
 
 
+def compiled_family(q: torch.Tensor, k_block: torch.Tensor, *, scale: float, right: int, lse_a_base: float) -> tuple:
+    """What one deployed drafter fixes for its merge: device, dtype, K, Hq, Hkv, D, window, LSE base, scale.
+    Only the batch varies within it (SEMANTICS.md 4.3; seed 000: automatic dynamic shapes)."""
+    B, K, Hq, D = q.shape
+    return (q.device.type, str(q.dtype).replace("torch.", ""), K, Hq, k_block.shape[2], D, right, lse_a_base,
+            float(scale))
+
+
+def _fresh_merge_unrolled(family: tuple) -> Callable:
+    """`_merge_unrolled` with a code object of its own. dynamo keeps its guards, recompiles and
+    automatic-dynamic state per code object: one code object across every shape family of a sweep would
+    see K and the head counts change and compile graphs with those symbolic too, graphs no deployment
+    builds (`tests/lowerings/test_specialization.py` shows both)."""
+    code = _merge_unrolled.__code__
+    _, dtype, K, Hq, Hkv, D, right, _, _ = family
+    name = f"_merge_unrolled_{dtype}_K{K}_{Hq}x{Hkv}_D{D}_r{right if right >= 0 else 'all'}_{len(_COMPILED)}"
+    fn = types.FunctionType(code.replace(co_name=name), _merge_unrolled.__globals__, name)
+    fn.__qualname__ = name
+    return fn
+
+
 def merge_compiled(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int, lse_a_base: float = 2.0):
-    """The unrolled merge under torch.compile with automatic dynamic shapes (only the batch becomes
-    symbolic). Inductor on CUDA; dynamo's `eager` backend on CPU, where an inductor build per shape
-    family would cost CI minutes (the graph capture, its guards and its recompiles are the same)."""
+    """The unrolled merge under torch.compile with automatic dynamic shapes, compiled per shape family
+    (`compiled_family`) as a deployed drafter compiles it: a static graph at the first batch size, then
+    one with a symbolic batch. Inductor on CUDA; dynamo's `eager` backend on CPU, where an inductor
+    build per shape family would cost CI minutes (the graph capture, its guards and its recompiles are
+    the same)."""
     inner = "inductor" if q.is_cuda else "eager"
-    fn = _COMPILED.get(inner)
+    family = compiled_family(q, k_block, scale=scale, right=right, lse_a_base=lse_a_base)
+    fn = _COMPILED.get(family)
     if fn is None:
         _no_silent_eager_fallback()
-        fn = torch.compile(_merge_unrolled, backend=_counting_backend(inner), dynamic=None)
-        _COMPILED[inner] = fn
+        fn = torch.compile(_fresh_merge_unrolled(family), backend=_counting_backend(inner), dynamic=None)
+        _COMPILED[family] = fn
     counters.record("torch.compile[merge_unrolled]")
     return fn(q, k_block, v_block, o_a, lse_a, scale, right, lse_a_base)
 

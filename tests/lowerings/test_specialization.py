@@ -137,3 +137,93 @@ def test_the_oracle_check_sees_a_value_specialized_on(monkeypatch):
     without = {"_oracle_kernel": [n for n in fk.RUNTIME_ARGS if n != "K"]}
     assert [differing(v) for v in variants(log, without).values()] == [["K"]]
     assert [differing(v) for v in variants(log, {"_oracle_kernel": fk.RUNTIME_ARGS}).values()] == [[]]
+
+
+# --- torch.compile: the graphs the compiled merge builds are the ones a deployed drafter builds -----------
+
+def _symbolic_dims(gm) -> dict[int, set[int]]:
+    """For each tensor input of a dynamo graph (numbered in order, symbolic sizes left out), the dims
+    that are symbolic (from the placeholders' fake tensors: the real example inputs have plain sizes)."""
+    import torch
+
+    values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = [x for x in values if isinstance(x, torch.Tensor)]
+    return {n: {d for d, size in enumerate(x.shape) if not isinstance(size, int)} for n, x in enumerate(tensors)}
+
+
+def _record_graphs(monkeypatch) -> list[dict[int, set[int]]]:
+    """Every graph dynamo hands the merge's counting backend, as `_symbolic_dims` of its inputs."""
+    import torch._dynamo
+
+    graphs: list[dict[int, set[int]]] = []
+    real = torch._dynamo.lookup_backend
+
+    def lookup(name):
+        inner = real(name)
+
+        def backend(gm, example_inputs):
+            graphs.append(_symbolic_dims(gm))
+            return inner(gm, example_inputs)
+        return backend
+
+    monkeypatch.setattr(torch._dynamo, "lookup_backend", lookup)
+    return graphs
+
+
+# (K, Hq, Hkv, right): four shape families a sweep draws in one process, each at three batch sizes.
+FAMILIES = ((7, 16, 2, -1), (5, 8, 1, -1), (3, 4, 2, 1), (7, 16, 2, -1))
+
+
+def _run_families(merge) -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    for K, Hq, Hkv, right in FAMILIES:
+        for B in (3, 9, 17):
+            q = torch.randn(B, K, Hq, 64, generator=g).bfloat16()
+            kv = torch.randn(2, B, K, Hkv, 64, generator=g).bfloat16()
+            o_a = torch.randn(B, K, Hq, 64, generator=g).bfloat16()
+            merge(q, kv[0], kv[1], o_a, torch.randn(B, K, Hq, generator=g), scale=0.125, right=right)
+
+
+def _only_batch_symbolic(graphs) -> list[str]:
+    """What is wrong with the recorded graphs: a symbolic dim other than the batch (dim 0)."""
+    bad = []
+    for n, g in enumerate(graphs):
+        for t, dims in g.items():
+            if dims - {0}:
+                bad.append(f"graph {n}: tensor input {t} has symbolic dims {sorted(dims)}")
+    return bad
+
+
+def test_compiled_merge_builds_the_deployed_graphs_per_family(monkeypatch):
+    """Per family: one static graph, then one with the batch symbolic (seed 000's automatic dynamic
+    shapes); K and the head counts never become symbolic however many families one process sees."""
+    from lowerings import merges
+
+    monkeypatch.setattr(merges, "_COMPILED", {})
+    graphs = _record_graphs(monkeypatch)
+    _run_families(merges.merge_compiled)
+    assert _only_batch_symbolic(graphs) == []
+    # 3 distinct families x (static, batch-symbolic); the repeated family compiles nothing new.
+    assert [bool(g[0]) for g in graphs] == [False, True] * 3
+
+
+def test_the_graph_check_sees_a_shared_compiled_function(monkeypatch):
+    """Negative control: one torch.compile'd function across families (the form before the fix) makes
+    K and the head count symbolic from the second family on, and the check above names it."""
+    import torch
+
+    from lowerings import merges
+
+    graphs = _record_graphs(monkeypatch)
+    merges._no_silent_eager_fallback()
+    shared = torch.compile(merges._fresh_merge_unrolled(("cpu", "bfloat16", 0, 0, 0, 0, -1, 2.0, 0.0)),
+                           backend=merges._counting_backend("eager"), dynamic=None)
+
+    def merge(q, k, v, o_a, lse_a, *, scale, right):
+        return shared(q, k, v, o_a, lse_a, scale, right, 2.0)
+
+    _run_families(merge)
+    bad = _only_batch_symbolic(graphs)
+    assert "graph 2: tensor input 0 has symbolic dims [0, 1, 2]" in bad, bad  # q: B, K and Hq
