@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--warm-up", action="store_true",
                     help="load each lowering's JIT kernel modules before its first case, timed apart from "
                          "the cases (see parity.warmup)")
+    sp.add_argument("--shards", action="append", default=[], metavar="NAME=S",
+                    help="with --jobs: check lowering NAME in S processes, each running every S-th of the "
+                         "cases a serial run draws (for compile-bound lowerings; repeatable; see parity.shards)")
     sp.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # a --jobs child (parity.jobs)
+    sp.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # I/S: a --shards child (parity.shards)
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
@@ -185,7 +189,7 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _progress(quiet: bool, lines: bool = False):
+def _progress(quiet: bool, lines: bool = False, label: str | None = None):
     """Progress for one lowering's check: a line rewritten in place on a terminal, else (or with `lines`,
     as in a --jobs child sharing the terminal) a line every 5 s, and the first failure at once."""
     last = [0.0]
@@ -198,14 +202,14 @@ def _progress(quiet: bool, lines: bool = False):
         if outcome.status == "fail" and first_failure[0]:
             # Said at once: a run stopped during a long shrink still leaves what failed in its log.
             first_failure[0] = False
-            print(("\n" if tty else "") + f"  {report.lowering}: first failure on {outcome.case.short()}: "
+            print(("\n" if tty else "") + f"  {label or report.lowering}: first failure on {outcome.case.short()}: "
                   + "; ".join(outcome.failures)[:600] + " (shrinking...)", file=sys.stderr, flush=True)
         now = time.perf_counter()
         if outcome.status != "fail" and now - last[0] < (0.2 if tty else 5.0):
             return
         last[0] = now
         worst = f"worst margin {report.worst_margin:.2f}" if report.worst else ""
-        line = (f"  {report.lowering}: {report.cases} cases, {report.unsupported} unsupported, "
+        line = (f"  {label or report.lowering}: {report.cases} cases, {report.unsupported} unsupported, "
                 f"{sum(1 for _ in report.failures)} failed {worst}"
                 + (" (shrinking a failure...)" if outcome.status == "fail" else ""))
         print(("\r" + line.ljust(100)) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
@@ -255,17 +259,26 @@ def cmd_check(args) -> int:
         raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
     if args.part and len(selected) != 1:
         raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
+    from parity import shards as shards_mod
+
+    shard_counts = shards_mod.parse_shards(args.shards, [lw.name for lw in selected])
+    if shard_counts and args.jobs < 2:
+        raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
+    shard = shards_mod.parse_shard(args.shard) if args.shard is not None else None
+    if shard is not None and not args.part:
+        raise InvalidInput("--shard", "is for a --jobs child (with --part); use --shards NAME=S")
     if args.part:  # a --jobs child: its parent's SIGINT means "write your partial part", even where the
         signal.signal(signal.SIGINT, signal.default_int_handler)  # parent was started with SIGINT ignored
     t0 = time.perf_counter()
-    if args.jobs > 1 and len(selected) > 1:
+    if args.jobs > 1 and (len(selected) > 1 or shard_counts):
         from parity.jobs import run_jobs
 
         if not args.quiet:
             print(f"checking {len(selected)} lowerings on {device}, up to {args.jobs} at once ({args.profile} profile, "
                   f"{'in process' if args.no_isolate else 'isolated'} in each)", file=sys.stderr, flush=True)
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-        data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say)
+        data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
+                                     shards=shard_counts)
         report_mod.write_merged(report_dir, data)
         code = _finish(args, data, report_dir, t0)
         return EXIT_INTERRUPTED if interrupted else code
@@ -273,18 +286,22 @@ def cmd_check(args) -> int:
                       check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
                       profile_every=args.kernel_names_every)
     yard = lowerings.get("sdpa")
+    from parity.jobs import lowering_stem, part_path
+
+    # A shard writes its failure files and its case in flight to a directory of its own.
+    work_dir = report_dir if shard is None else shards_mod.shard_dir(report_dir, lowering_stem(selected[0].name), shard)
     executor = None
     if not args.no_isolate:
         from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
         executor = IsolatedExecutor(plugins=args.plugin, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT,
-                                    inflight_dir=report_dir / "inflight")
+                                    inflight_dir=work_dir / "inflight")
     where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
     results = []
     try:
         for n, lw in enumerate(selected, 1):
             if not args.quiet:
-                print(f"[{n}/{len(selected)}] {lw.name} on {device} ({args.profile} profile, {where})",
+                print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
             limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
             if args.warm_up:
@@ -297,10 +314,12 @@ def cmd_check(args) -> int:
                           file=sys.stderr)
                     break
             strategy = cases(lw, limits=limits)
-            replay = _saved_failures(report_dir, lw.name)
+            replay = _saved_failures(report_dir, lw.name) if shard is None or shard[0] == 0 else []
             rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
-                                 replay=replay, progress=_progress(args.quiet, lines=args.part),
-                                 target=PROFILES[args.profile].target, seed=args.seed, executor=executor)
+                                 replay=replay, progress=_progress(args.quiet, lines=args.part,
+                                                                   label=shards_mod.shard_label(lw.name, shard)),
+                                 target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
+                                 shard=shard)
             if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)
@@ -311,18 +330,19 @@ def cmd_check(args) -> int:
         if executor is not None:
             executor.close()
     if executor is not None and not args.quiet:
-        print(f"{'  ' + selected[0].name + ': ' if args.part else ''}isolated: {executor.workers_started} worker(s) "
+        print(f"{'  ' + shards_mod.shard_label(selected[0].name, shard) + ': ' if args.part else ''}isolated: {executor.workers_started} worker(s) "
               f"started, {executor.crashes} case(s) crashed or hung one, {executor.worker_cpu_seconds:.1f} s of "
               f"worker CPU", file=sys.stderr)
     for lw in selected:  # stale failure files of re-checked lowerings go; this run writes its own
-        stem = report_mod.failure_filename(lw.name, 0)[: -len("-0.json")]
-        for f in (report_dir / "failures").glob(f"{stem}-*.json"):
+        for f in (work_dir / "failures").glob(f"{lowering_stem(lw.name)}-*.json"):
             f.unlink()
-    from parity.jobs import part_path
-
-    part = part_path(report_dir, selected[0].name) if args.part else None
-    data = report_mod.write_reports(report_dir, results, device=device, profile=args.profile, tolerances=pol.source,
-                                    part=part)
+    part = part_path(report_dir, selected[0].name, shard) if args.part else None
+    amend = None
+    if shard is not None:
+        fams = results[0].compile_families if results else {}
+        amend = lambda entry: shards_mod.shard_part_entry(entry, work_dir, fams)  # noqa: E731
+    data = report_mod.write_reports(work_dir, results, device=device, profile=args.profile, tolerances=pol.source,
+                                    part=part, amend_part=amend)
     code = _finish(args, data, report_dir, t0)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 

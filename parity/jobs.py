@@ -15,14 +15,18 @@ stderr. When all are done, `merge_parts` puts the entries back in the order aske
 part (killed, out of memory, a crash outside any case) becomes a failed entry that says how it exited and
 where its log is: nothing is silently missing from the report.
 
-Public: `child_argv(args, name, device)`, `run_jobs(args, names, device, report_dir, jobs, tolerances, say) -> (data, interrupted)`,
-`merge_parts(...)`, `part_path(report_dir, name)`.
+With `shards={name: S}` a lowering is checked by S children, each running every S-th of the cases a
+serial run draws (`parity.shards`); their parts merge into the lowering's one entry.
+
+Public: `child_argv(args, name, device, shard=None)`, `run_jobs(args, names, device, report_dir, jobs,
+tolerances, say, shards=None) -> (data, interrupted)`, `merge_parts(...)`, `part_path(report_dir, name, shard=None)`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,19 +34,30 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from parity import shards as shards_mod
 from parity.report import failure_filename
 
-
-def part_path(report_dir: Path, name: str) -> Path:
-    """Where the child checking `name` writes its report entry."""
-    return Path(report_dir) / "parts" / failure_filename(name, 0).replace("-0.json", ".json")
+Shard = tuple[int, int]  # (i, S): the i-th of S shards, 0-based
 
 
-def child_argv(args: Any, name: str, device: str) -> list[str]:
+def lowering_stem(name: str) -> str:
+    """A lowering's name as a file name stem (its failure files are `<stem>-<n>.json`)."""
+    return failure_filename(name, 0)[: -len("-0.json")]
+
+
+def part_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
+    """Where the child checking `name` (or one shard of it) writes its report entry."""
+    suffix = "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
+    return Path(report_dir) / "parts" / f"{lowering_stem(name)}{suffix}.json"
+
+
+def child_argv(args: Any, name: str, device: str, shard: Shard | None = None) -> list[str]:
     """The child's command line: this run's options for one lowering, writing a part (not a report)."""
     argv = [sys.executable, "-m", "parity.cli", "check", "--lowering", name, "--device", device,
             "--profile", args.profile, "--report", str(args.report), "--part",
             "--kernel-names-every", str(args.kernel_names_every)]
+    if shard is not None:
+        argv += ["--shard", f"{shard[0]}/{shard[1]}"]
     for p in args.plugin:
         argv += ["--plugin", str(Path(p).resolve())]
     for flag, value in (("--tolerances", args.tolerances), ("--max-examples", args.max_examples),
@@ -84,69 +99,90 @@ def _tail(path: Path, n: int = 6) -> str:
     return " | ".join(lines[-n:])
 
 
-def merge_parts(report_dir: Path, names: Sequence[str], exits: dict[str, int | None], header: dict[str, Any]
-                ) -> dict[str, Any]:
-    """One report from the children's parts, in the order of `names` (a missing part: a failed entry)."""
+def _read_part(report_dir: Path, name: str, shard: Shard | None, exits: dict[str, int | None],
+               device: str) -> dict[str, Any]:
+    """One child's entry, or a failed entry saying why there is none."""
+    path, label = part_path(report_dir, name, shard), shards_mod.shard_label(name, shard)
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())["lowerings"][name]
+        except (OSError, ValueError, KeyError) as err:
+            return _lost_entry(name, device, f"the check process wrote an unreadable part {path}: "
+                                             f"{type(err).__name__}: {err}")
+    log = path.with_suffix(".log")
+    if label not in exits:
+        why = "the check process for this lowering was never started (the run was interrupted first)"
+    else:
+        code = exits[label]
+        how = f"exited with code {code}" if code is not None and code >= 0 else f"was killed by signal {-(code or 0)}"
+        why = (f"the check process for this lowering {how} without writing its report "
+               f"(log {log}: {_tail(log)[:400]})")
+    return _lost_entry(name, device, why)
+
+
+def merge_parts(report_dir: Path, names: Sequence[str], exits: dict[str, int | None], header: dict[str, Any],
+                shards: dict[str, int] | None = None) -> dict[str, Any]:
+    """One report from the children's parts, in the order of `names` (a missing part: a failed entry).
+    `exits` is keyed by `shard_label`; a sharded lowering's parts merge into one entry (`parity.shards`)."""
     data = dict(header)
     data["lowerings"] = {}
+    device = header.get("device", "?")
     for name in names:
-        path = part_path(report_dir, name)
-        entry = None
-        if path.is_file():
-            try:
-                entry = json.loads(path.read_text())["lowerings"][name]
-            except (OSError, ValueError, KeyError) as err:
-                entry = _lost_entry(name, header.get("device", "?"),
-                                    f"the check process wrote an unreadable part {path}: {type(err).__name__}: {err}")
-        if entry is None:
-            log = path.with_suffix(".log")
-            if name not in exits:
-                why = "the check process for this lowering was never started (the run was interrupted first)"
-            else:
-                code = exits[name]
-                how = f"exited with code {code}" if code is not None and code >= 0 else f"was killed by signal {-(code or 0)}"
-                why = (f"the check process for this lowering {how} without writing its report "
-                       f"(log {log}: {_tail(log)[:400]})")
-            entry = _lost_entry(name, header.get("device", "?"), why)
+        n = (shards or {}).get(name, 1)
+        if n == 1:
+            data["lowerings"][name] = _read_part(report_dir, name, None, exits, device)
+            continue
+        entries = [_read_part(report_dir, name, (i, n), exits, device) for i in range(n)]
+        entry = shards_mod.merge_entries(name, entries)
+        stem = lowering_stem(name)
+        shards_mod.collect_failures(report_dir, stem, entry,
+                                    [shards_mod.shard_dir(report_dir, stem, (i, n)) for i in range(n)])
         data["lowerings"][name] = entry
     return data
 
 
 def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, jobs: int, tolerances: str,
-             say: Callable[[str], None], poll: float = 0.2, grace: float = 60.0
-             ) -> tuple[dict[str, Any], bool]:
-    """Check `names` in up to `jobs` child processes; returns (merged report data, interrupted).
+             say: Callable[[str], None], poll: float = 0.2, grace: float = 60.0,
+             shards: dict[str, int] | None = None) -> tuple[dict[str, Any], bool]:
+    """Check `names` in up to `jobs` child processes (`shards[name]` of them for a sharded lowering, its
+    shards started first: they are the slow ones); returns (merged report data, interrupted).
 
     On KeyboardInterrupt (SIGINT) each running child gets SIGINT too and up to `grace` seconds to write
     its partial part (its lowering then fails as "interrupted after N cases"); lowerings not yet started
     are reported as never started. The merged report is returned either way."""
     parts = report_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
-    for name in names:  # a part left by an earlier run must never pass for this run's
-        part_path(report_dir, name).unlink(missing_ok=True)
+    shards = {k: v for k, v in (shards or {}).items() if v > 1}
+    tasks: list[tuple[str, Shard | None]] = [(n, (i, shards[n])) for n in names if n in shards for i in range(shards[n])]
+    tasks += [(n, None) for n in names if n not in shards]
+    for name, shard in tasks:  # a part left by an earlier run must never pass for this run's
+        part_path(report_dir, name, shard).unlink(missing_ok=True)
+        if shard is not None:
+            shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(name), shard), ignore_errors=True)
     env = child_env(jobs)
-    pending = list(names)
+    pending = list(tasks)
     running: dict[str, tuple[subprocess.Popen, Any, float]] = {}
     exits: dict[str, int | None] = {}
     interrupted = False
 
-    def reap(name: str, code: int) -> None:
-        proc, log, t0 = running.pop(name)
+    def reap(label: str, code: int) -> None:
+        proc, log, t0 = running.pop(label)
         log.close()
-        exits[name] = code
-        say(f"[jobs] {name}: done in {time.perf_counter() - t0:.1f} s (exit {code}; "
+        exits[label] = code
+        say(f"[jobs] {label}: done in {time.perf_counter() - t0:.1f} s (exit {code}; "
             f"{len(running)} running, {len(pending)} waiting)")
 
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                name = pending.pop(0)
-                log = open(part_path(report_dir, name).with_suffix(".log"), "w")
+                name, shard = pending.pop(0)
+                label = shards_mod.shard_label(name, shard)
+                log = open(part_path(report_dir, name, shard).with_suffix(".log"), "w")
                 # own process group: a terminal's Ctrl-C reaches this process only, which passes it on
-                proc = subprocess.Popen(child_argv(args, name, device), stdout=log, stderr=None, env=env,
+                proc = subprocess.Popen(child_argv(args, name, device, shard), stdout=log, stderr=None, env=env,
                                         start_new_session=True)
-                running[name] = (proc, log, time.perf_counter())
-                say(f"[jobs] {name}: started ({len(running)} running, {len(pending)} waiting)")
+                running[label] = (proc, log, time.perf_counter())
+                say(f"[jobs] {label}: started ({len(running)} running, {len(pending)} waiting)")
             for name in list(running):
                 code = running[name][0].poll()
                 if code is not None:
@@ -181,4 +217,4 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
     header = {"schema": SCHEMA, "version": SCHEMA_VERSION,
               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "device": device, "profile": args.profile, "torch": torch.__version__, "tolerances": tolerances}
-    return merge_parts(report_dir, names, exits, header), interrupted
+    return merge_parts(report_dir, names, exits, header, shards), interrupted

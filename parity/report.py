@@ -14,6 +14,7 @@ atomically (a temporary file renamed into place), so a crash never leaves half a
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
+        "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
@@ -107,9 +108,10 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
 
 
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
-                  tolerances: str, part: Path | None = None) -> dict[str, Any]:
+                  tolerances: str, part: Path | None = None, amend_part=None) -> dict[str, Any]:
     """Failure files, then `parity.json`, `junit.xml` and `summary.md`; with `part` (a `--jobs` child),
-    the failure files and the report data at `part` only (parity.jobs merges the parts)."""
+    the failure files and the report data at `part` only (parity.jobs merges the parts), each entry
+    passed through `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`)."""
     d = Path(report_dir)
     data = to_json(reports, device=device, profile=profile, tolerances=tolerances)
     for r in reports:
@@ -118,6 +120,8 @@ def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, devi
                        "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict()}
             atomic_write(d / "failures" / failure_filename(r.lowering, n), dumps(payload) + "\n")
     if part is not None:
+        if amend_part is not None:
+            data["lowerings"] = {k: amend_part(v) for k, v in data["lowerings"].items()}
         atomic_write(Path(part), dumps(data) + "\n")
         return data
     write_merged(d, data)
@@ -194,7 +198,7 @@ def phase_line(v: dict[str, Any]) -> str:
     if not timed:
         return ""
     wall = float(v.get("seconds") or 0.0)
-    if wall > timed:
+    if wall > timed and "draw" not in ph:  # merged shards carry their own draw (parity.shards)
         ph["draw"] = wall - timed
     total = max(wall, timed)
     run = v.get("cases", 0) - v.get("unsupported", 0)
@@ -222,6 +226,10 @@ def summary_md(data: dict[str, Any]) -> str:
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
             lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
+    for name, v in lows.items():
+        if v.get("shards"):
+            lines.append(f"- `{name}`: checked in {v['shards']} shard processes (each ran every {v['shards']}th drawn "
+                         f"case; compile counts are per process)")
     for name, v in lows.items():
         line = phase_line(v)
         if line:

@@ -500,6 +500,8 @@ class LoweringReport:
         return self.worst.margin if self.worst else 0.0
 
     def absorb(self, out: CaseOutcome, family: tuple | None = None) -> None:
+        if out.status == SKIPPED:  # another shard's case: not this report's
+            return
         self.cases += 1
         for k, v in out.phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
@@ -558,6 +560,28 @@ def _case_failures(err: BaseException) -> list["_CaseFailed"]:
     return found
 
 
+SKIPPED = "skipped"  # the status of a case another shard runs (`_sharded_run_case`); never reported
+
+
+def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int]) -> Callable[..., CaseOutcome]:
+    """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs those whose draw index is `i`
+    modulo `n` and answers SKIPPED (a pass, to hypothesis) for the rest, so that the `n` shards of a
+    derandomized profile draw the serial run's sequence and together run each of its cases once. After a
+    failure it runs every case: hypothesis's shrinking must see each of its attempts judged."""
+    i, n = shard
+    state = {"drawn": 0, "failing": False}
+
+    def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
+        idx = state["drawn"]
+        state["drawn"] += 1
+        if not state["failing"] and idx % n != i:
+            return CaseOutcome(lowering.name, case, SKIPPED)
+        out = run_case(lowering, case, policy, opts, yardstick)
+        state["failing"] = state["failing"] or out.status == "fail"
+        return out
+    return run
+
+
 def _executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
     """`run_case`'s signature over `executor.run` (supports() is asked here: no round trip for it)."""
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
@@ -578,13 +602,14 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                    yardstick: Lowering | None = None, replay: list[Case] = (),
                    progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
                    target: bool = False, seed: int | None = None,
-                   executor: CaseExecutor | None = None) -> LoweringReport:
+                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None) -> LoweringReport:
     """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded.
 
     `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
     `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
     that survives the lowering crashing or hanging; None runs `run_case` in this process. Either way a
     failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
+    `shard=(i, n)` runs every n-th drawn case from the i-th (`_sharded_run_case`; 0 <= i < n).
     """
     from hypothesis import given, target as hyp_target
     from hypothesis.errors import Flaky
@@ -612,6 +637,12 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         report.extra.append("a saved failure still fails; fix it before new cases are drawn")
         report.seconds = time.perf_counter() - t0
         return report
+
+    if shard is not None:  # after the replays: they run in every shard that is given them
+        run_case = _sharded_run_case(run_case, shard)
+        if progress is not None:
+            shown = progress
+            progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
 
     @settings
     @given(case=strategy)

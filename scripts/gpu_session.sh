@@ -13,6 +13,11 @@ mkdir -p /tmp/site && tar -C /tmp/site -xJf .fib/fi_strip.tar.xz \
   && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fib/*.whl
 export PYTHONPATH=/tmp/site:$PWD
 for pack in .fib/fi_aot*.tar.xz; do [ -f "$pack" ] && python3 .fib/flashinfer_aot.py install "$pack"; done
+# Triton's and inductor's caches in one place: .fib/jit_cache*.tar.xz (a PACK_JIT=1 run's $OUT/jit_cache.tar.xz,
+# carried back) restores what an earlier machine compiled, so "warm JIT" survives a fresh machine.
+export TRITON_CACHE_DIR=/tmp/jit/triton TORCHINDUCTOR_CACHE_DIR=/tmp/jit/inductor
+mkdir -p /tmp/jit
+for pack in .fib/jit_cache*.tar.xz; do [ -f "$pack" ] && tar -C /tmp -xJf "$pack" && echo "installed $pack"; done
 python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
 STEPS=${STEPS:-tests,check,bench}
 if [[ $STEPS == *prewarm* ]]; then
@@ -77,4 +82,8 @@ if [[ $STEPS == *bench* ]]; then
   timeout ${BENCH_TIMEOUT:-150} python3 scripts/bench_triton.py "$OUT/bench_triton.json"
 fi
 [ -n "${NO_FINAL_PACK:-}" ] || python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot.tar.xz" || true
+if [ -n "${PACK_JIT:-}" ]; then
+  tar -C /tmp -cf - jit | xz -T0 -3 > "$OUT/jit_cache.tar.xz"
+  echo "== packed the Triton/inductor caches: $(du -sh /tmp/jit | cut -f1) -> $(du -h "$OUT/jit_cache.tar.xz" | cut -f1)"
+fi
 echo "== done $(date -u +%H:%M:%S)"

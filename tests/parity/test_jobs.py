@@ -143,3 +143,76 @@ def test_report_json_keeps_flat_lists_on_one_line():
     assert json.loads(text) == data
     assert '"a": [1, 2.5, "x"]' in text and "[3, 4]" in text and '"e": {}' in text and '"c": []' in text
     assert text.splitlines()[1] == '  "a": [1, 2.5, "x"],'
+
+
+# --- --shards: one lowering's cases over several processes (parity/shards.py) -----------------------------
+
+def test_shards_run_each_case_of_the_serial_run_once():
+    """Shard i of 3 runs the draws i, i+3, ...: together the three run the serial run's cases, once each."""
+    import lowerings
+    from parity import policy
+    from parity.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    lw = lowerings.get("decode_rows")
+
+    def run(shard):
+        seen = []
+        rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=15),
+                             opts=RunOptions(), progress=lambda r, o: seen.append(o.case.to_json()), shard=shard)
+        assert rep.cases == len(seen) and rep.status == "pass"
+        return seen
+
+    serial = run(None)
+    parts = [run((i, 3)) for i in range(3)]
+    assert sorted(sum(parts, [])) == sorted(serial) and len(serial) == 15
+    assert parts[1] == serial[1::3]  # every third draw, from the shard's index
+
+
+def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
+    """A plugin's mutant checked in 3 shards: it fails, shrunk, its file numbered as a serial run's and
+    replayable; the entry counts every case once and says it was sharded."""
+    code, data = _check(tmp_path / "sh", "--jobs", "4", "--shards", "my_windowed_merge=3")
+    out = capsys.readouterr().out
+    v = data["lowerings"]["my_windowed_merge"]
+    assert code == 1 and v["status"] == "fail" and v["shards"] == 3, out
+    assert v["cases"] >= 1 and v["failures"] and all(f["shrunk"] for f in v["failures"])
+    first = v["failures"][0]
+    assert first["file"] == "failures/my_windowed_merge-1.json"
+    saved = json.loads((tmp_path / "sh" / first["file"]).read_text())
+    assert saved["case"] == first["case"] and saved["lowering"] == "my_windowed_merge"
+    assert not list((tmp_path / "sh" / "parts").glob("*/failures/*.json"))  # moved, not copied
+    assert data["lowerings"]["decode_rows"]["status"] == "pass" and "shards" not in data["lowerings"]["decode_rows"]
+    assert "checked in 3 shard processes" in (tmp_path / "sh" / "summary.md").read_text()
+
+
+def test_merged_shards_add_up_and_keep_the_worst():
+    from parity import shards
+
+    def entry(cases, margin, fams, notes=(), status="pass"):
+        return {"status": status, "reason": "", "cases": cases, "passed": cases, "unsupported": 1, "calls_checked": cases,
+                "seconds": float(cases), "worst_margin": margin, "worst_case": {"m": margin}, "worst_figures": {},
+                "worst_ulp": margin * 8, "worst_ulp_case": {"u": margin}, "worst_rel_l2": 0.001, "worst_rel_l2_case": None,
+                "compiles": {"k": len(fams)}, "compile_families": len(fams), "max_compiles_in_a_family": max(fams.values()),
+                "max_compiles": 2, "classes": {"c": {"cases": cases, "failed": 0}}, "notes": list(notes), "failures": [],
+                "phase_seconds": {"lowering": cases / 2}, shards.FAMILY_KEYS: fams}
+
+    v = shards.merge_entries("x", [entry(10, 0.2, {"a": 2, "b": 1}), entry(12, 0.5, {"a": 2, "c": 1}, ["interrupted"], "fail")])
+    assert (v["cases"], v["unsupported"], v["seconds"], v["status"]) == (22, 2, 12.0, "fail")
+    assert (v["worst_margin"], v["worst_case"], v["worst_ulp_case"]) == (0.5, {"m": 0.5}, {"u": 0.5})
+    assert (v["compile_families"], v["max_compiles_in_a_family"], v["compiles"]) == (3, 2, {"k": 4})
+    assert v["classes"] == {"c": {"cases": 22, "failed": 0}} and v["notes"] == ["shard 2/2: interrupted"]
+    assert v["phase_seconds"] == {"lowering": 11.0, "draw": 11.0} and shards.FAMILY_KEYS not in v
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--shards", "decode_rows=3"], "give --jobs N"),
+    (["--jobs", "2", "--shards", "context=3"], "'context' is not among the lowerings checked"),
+    (["--jobs", "2", "--shards", "decode_rows=1"], "from 2 to 64, got '1'"),
+    (["--jobs", "2", "--shards", "decode_rows"], "expected NAME=S"),
+    (["--shard", "0/2"], "is for a --jobs child"),
+])
+def test_bad_shards_are_named(tmp_path, capsys, argv, says):
+    code = cli.main(["check", "--lowering", "decode_rows", "--device", "cpu", "--report", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err, err
