@@ -196,16 +196,20 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
         for proc, _, _ in running.values():
             proc.send_signal(signal.SIGINT)
         deadline = time.perf_counter() + grace
-        for name in list(running):
-            proc = running[name][0]
-            try:
-                code = proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-            reap(name, code)
+        try:
+            while running and time.perf_counter() < deadline:
+                for label in list(running):
+                    code = running[label][0].poll()
+                    if code is not None:
+                        reap(label, code)
+                if running:
+                    time.sleep(poll)
+            if running:
+                say(f"[jobs] {len(running)} check(s) wrote no part within {grace:g} s: stopping them")
+        except KeyboardInterrupt:  # interrupted again: stop now, but still merge what was written
+            say(f"[jobs] interrupted again: stopping {len(running)} check(s) now; the parts written are kept")
     finally:
-        for name in list(running):  # an unexpected error here: stop the children, keep what they wrote
+        for name in list(running):  # past the grace, a second interrupt, an error: stop them, keep their parts
             proc = running[name][0]
             proc.kill()
             reap(name, proc.wait())

@@ -228,8 +228,8 @@ def summary_md(data: dict[str, Any]) -> str:
             lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
     for name, v in lows.items():
         if v.get("shards"):
-            lines.append(f"- `{name}`: checked in {v['shards']} shard processes (each ran every {v['shards']}th drawn "
-                         f"case; compile counts are per process)")
+            lines.append(f"- `{name}`: checked in {v['shards']} shard processes (each ran one in {v['shards']} of the "
+                         f"drawn cases; compile counts are per process)")
     for name, v in lows.items():
         line = phase_line(v)
         if line:

@@ -216,3 +216,56 @@ def test_bad_shards_are_named(tmp_path, capsys, argv, says):
     code = cli.main(["check", "--lowering", "decode_rows", "--device", "cpu", "--report", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and says in err, err
+
+
+def test_a_repeated_sigint_is_one_interrupt():
+    """coreutils `timeout -s INT` signals the command and its process group: two SIGINTs at once are one
+    interrupt; one after the window is a second."""
+    now = [100.0]
+    handler = cli.SigintOnce(window=1.0, clock=lambda: now[0])
+    with pytest.raises(KeyboardInterrupt):
+        handler(2, None)
+    now[0] += 0.01
+    assert handler(2, None) is None
+    now[0] += 2.0
+    with pytest.raises(KeyboardInterrupt):
+        handler(2, None)
+
+
+def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
+    """SIGINT twice, 0.2 s apart, to a `check --jobs` parent (as `timeout -s INT` sent it on a loaded
+    H200 host, run 12): the second is the same interrupt, the children write their partial parts and the
+    merged report is written; exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import threading
+
+    report = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows", "--lowering",
+                             "sdpa", "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--jobs", "2",
+                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    # until both children have judged a case (each prints its first progress line at once)
+    while time.monotonic() < deadline and not all(any(ln.startswith(f"  {n}: ") for ln in list(lines))
+                                                  for n in ("decode_rows", "sdpa")):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.2)  # the second lands while the first is handled (two at once would coalesce into one)
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 130, out
+    data = json.loads((report / "parity.json").read_text())
+    for name in ("decode_rows", "sdpa"):
+        v = data["lowerings"][name]
+        assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (name, v["notes"], out)
+    assert "interrupted again" not in out
