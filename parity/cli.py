@@ -239,36 +239,13 @@ def _saved_failures(report_dir: Path, lowering: str):
     return out
 
 
-class SigintOnce:
-    """`check`'s SIGINT handler: KeyboardInterrupt, as Python's default, except that a SIGINT within
-    `window` seconds of the one before is the same interrupt and ignored. coreutils `timeout -s INT`
-    signals the command and then its whole process group, so the command gets SIGINT twice; on a loaded
-    host the second can land while the first is being handled (H200 run 12: a `--jobs` parent lost its
-    merged report that way). A second Ctrl-C after the window still interrupts."""
-
-    def __init__(self, window: float = 1.0, clock=time.monotonic):
-        self.window, self.clock, self.last = window, clock, None
-
-    def __call__(self, signum, frame) -> None:
-        now = self.clock()
-        if self.last is not None and now - self.last < self.window:
-            return
-        self.last = now
-        raise KeyboardInterrupt
-
-
 def cmd_check(args) -> int:
-    import signal
+    from parity import interrupt
 
     # A --jobs child always takes SIGINT (its parent's means "write your partial part"), even where the
     # parent was started with SIGINT ignored; a top-level check leaves an ignored SIGINT ignored.
-    previous = signal.getsignal(signal.SIGINT)
-    if args.part or previous is signal.default_int_handler:
-        signal.signal(signal.SIGINT, SigintOnce())
-    try:
+    with interrupt.installed(force=args.part):
         return _check(args)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _check(args) -> int:

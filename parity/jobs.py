@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from parity import shards as shards_mod
+from parity.interrupt import raise_if_requested
 from parity.report import failure_filename
 
 Shard = tuple[int, int]  # (i, S): the i-th of S shards, 0-based
@@ -189,6 +190,7 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
                     reap(name, code)
             if running:
                 time.sleep(poll)
+            raise_if_requested()  # a SIGINT the interpreter swallowed (parity.interrupt)
     except KeyboardInterrupt:
         interrupted = True
         say(f"[jobs] interrupted: asking {len(running)} running check(s) to write their partial reports "

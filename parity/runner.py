@@ -22,6 +22,7 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
+from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
 from parity.policy import Policy
 
@@ -560,6 +561,14 @@ def _case_failures(err: BaseException) -> list["_CaseFailed"]:
     return found
 
 
+def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
+    """`run_case` that first raises a SIGINT the interpreter swallowed (`parity.interrupt`)."""
+    def run(*args) -> CaseOutcome:
+        raise_if_requested()
+        return run_case(*args)
+    return run
+
+
 SKIPPED = "skipped"  # the status of a case another shard runs (`_sharded_run_case`); never reported
 
 
@@ -625,13 +634,21 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     if not ok:
         report.status, report.reason = "unavailable", why
         return report
-    for case in replay:
-        out = run_case(lowering, case, policy, opts, yardstick)
-        report.absorb(out, compile_family(lowering, case))
-        if progress:
-            progress(report, out)
-        if out.status == "fail":
-            report.failures.append(Failure(out, shrunk=False))
+    try:
+        for case in replay:
+            raise_if_requested()
+            out = run_case(lowering, case, policy, opts, yardstick)
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+            if out.status == "fail":
+                report.failures.append(Failure(out, shrunk=False))
+    except KeyboardInterrupt:
+        report.status, report.interrupted = "fail", True
+        report.extra.append(f"interrupted after {report.cases} case(s), replaying the saved failures: a partial "
+                            f"run, not a verdict")
+        report.seconds = time.perf_counter() - t0
+        return report
     if report.failures:
         report.status = "fail"
         report.extra.append("a saved failure still fails; fix it before new cases are drawn")
@@ -643,6 +660,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
+    run_case = _stops_on_interrupt(run_case)
 
     @settings
     @given(case=strategy)
