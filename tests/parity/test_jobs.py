@@ -298,3 +298,23 @@ def test_a_swallowed_sigint_still_stops_the_check():
                              opts=RunOptions(), progress=progress)
     assert rep.interrupted and rep.cases == 3 and len(seen) == 3
     assert not interrupt.requested()  # the handler is gone with the block
+
+
+def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
+    """Shard 2 of 3 died without a part: the merged entry fails naming that shard and how it exited, and
+    keeps the cases and figures of the two shards that wrote theirs."""
+    from parity import report
+    from parity.runner import LoweringReport
+
+    name = "decode_rows"
+    header = {"schema": "dflash-parity/report", "version": 1, "device": "cuda", "profile": "gpu", "torch": "x",
+              "tolerances": "t", "created": "now"}
+    for i in (0, 2):
+        rep = LoweringReport(name, "cuda", "pass", cases=7, passed=7, max_compiles=2)
+        report.write_reports(tmp_path, [rep], device="cuda", profile="gpu", tolerances="t",
+                             part=jobs.part_path(tmp_path, name, (i, 3)))
+    data = jobs.merge_parts(tmp_path, [name], {f"{name} [shard 2/3]": -9}, header, {name: 3})
+    v = data["lowerings"][name]
+    assert (v["status"], v["cases"], v["shards"], v["max_compiles"]) == ("fail", 14, 3, 2)
+    assert len(v["notes"]) == 1 and v["notes"][0].startswith("shard 2/3: the check process for this lowering was "
+                                                            "killed by signal 9"), v["notes"]
