@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--warm-up", action="store_true",
                     help="load each lowering's JIT kernel modules before its first case, timed apart from "
                          "the cases (see parity.warmup)")
+    sp.add_argument("--limit", action="append", default=[], metavar="FIELD=V[,V...]",
+                    help="widen or narrow the drawn shapes of every lowering checked, over its own limits on the "
+                         "device: dtypes, kv_dtypes, head_dims, max_context, max_batch, ... (repeatable; e.g. "
+                         "--limit dtypes=bfloat16,float16 --limit head_dims=64,128; see strategies.Limits)")
     sp.add_argument("--shards", action="append", default=[], metavar="NAME=S",
                     help="with --jobs: check lowering NAME in S processes, each running every S-th of the "
                          "cases a serial run draws (for compile-bound lowerings; repeatable; see parity.shards)")
@@ -268,6 +272,9 @@ def _check(args) -> int:
         raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
     from parity import shards as shards_mod
 
+    from strategies import limit_overrides, with_overrides
+
+    overrides = limit_overrides(args.limit)
     shard_counts = shards_mod.parse_shards(args.shards, [lw.name for lw in selected])
     if shard_counts and args.jobs < 2:
         raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
@@ -309,9 +316,10 @@ def _check(args) -> int:
                 print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
             limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
+            limits = with_overrides(limits, overrides)
             if args.warm_up:
                 try:
-                    _warm_up(lw, device, args.quiet)
+                    _warm_up(lw, device, args.quiet, limits)
                 except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
                     results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
                         "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
@@ -352,13 +360,13 @@ def _check(args) -> int:
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 
 
-def _warm_up(lw, device: str, quiet: bool) -> None:
+def _warm_up(lw, device: str, quiet: bool, limits=None) -> None:
     """`--warm-up`: load the lowering's JIT modules now (on the GPU: in this process, so that an isolated
     worker finds them compiled in the on-disk cache and only loads them)."""
     from parity.warmup import warm_up
 
     say = (lambda line: None) if quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    rep = warm_up([lw], None, device, progress=say)
+    rep = warm_up([lw], limits, device, progress=say)
     if not quiet:
         say(rep.lines()[-1])
 

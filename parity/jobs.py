@@ -61,6 +61,8 @@ def child_argv(args: Any, name: str, device: str, shard: Shard | None = None) ->
         argv += ["--shard", f"{shard[0]}/{shard[1]}"]
     for p in args.plugin:
         argv += ["--plugin", str(Path(p).resolve())]
+    for text in getattr(args, "limit", []):
+        argv += ["--limit", text]
     for flag, value in (("--tolerances", args.tolerances), ("--max-examples", args.max_examples),
                         ("--seed", args.seed), ("--database", args.database), ("--case-timeout", args.case_timeout)):
         if value is not None:

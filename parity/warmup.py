@@ -313,30 +313,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--jobs", type=int, default=1, metavar="N", help="units run at once, one process each (default 1)")
     ap.add_argument("--plugin", action="append", default=[], metavar="FILE.py")
+    ap.add_argument("--limit", action="append", default=[], metavar="FIELD=V[,V...]",
+                    help="as `dflash-parity check --limit`: warm the modules of the widened shapes")
     ap.add_argument("--unit", type=int, default=None, help=argparse.SUPPRESS)  # a --jobs child: run unit N only
     args = ap.parse_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs must be a positive integer, got {args.jobs}")
     import lowerings as registry
+    from strategies import limit_overrides, with_overrides
 
+    try:
+        overrides = limit_overrides(args.limit)
+    except ValueError as err:
+        ap.error(str(err))
     for p in args.plugin:
         registry.load_plugin(p)
     chosen = [registry.get(n) for n in args.lowerings] if args.lowerings else registry.all_lowerings()
+    limits = None
+    if overrides:
+        limits = {lw.name: with_overrides(_limits_for(lw, None, args.device), overrides) for lw in chosen}
     say = lambda line: print(line, flush=True)  # noqa: E731
     if args.unit is not None:
-        units, _, _ = plan_warmup(chosen, None, args.device)
+        units, _, _ = plan_warmup(chosen, limits, args.device)
         unit = units[args.unit]
         run_unit(unit, args.device)
         say(unit.line())
         return 0 if unit.ok else 1
     if args.jobs == 1:
-        report = warm_up(chosen, None, args.device, progress=say)
+        report = warm_up(chosen, limits, args.device, progress=say)
         say(report.lines()[-1])
         return 0 if report.ok else 1
-    units, not_warmed, skipped = plan_warmup(chosen, None, args.device)
+    units, not_warmed, skipped = plan_warmup(chosen, limits, args.device)
     t0 = time.perf_counter()
     base = [sys.executable, "-m", "parity.warmup", "--device", args.device, *[x for p in args.plugin for x in ("--plugin", p)],
-            *[u for u in args.lowerings]]
+            *[x for t in args.limit for x in ("--limit", t)], *[u for u in args.lowerings]]
     pending, running, failed = list(range(len(units))), {}, 0
     while pending or running:
         while pending and len(running) < args.jobs:

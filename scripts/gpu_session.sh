@@ -24,8 +24,8 @@ if [[ $STEPS == *prewarm* ]]; then
   # JIT modules not in the installed packs, compiled PREWARM_JOBS at a time, then packed on their own
   # (the JIT cache holds only what this machine compiled) as $OUT/fi_aot_${PACK_NAME:-new}.tar.xz.
   read -r -a pl <<< "${PREWARM_LOWERINGS:-context[flashinfer-fa3]}"
-  echo "== python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} ${pl[*]}"
-  timeout ${PREWARM_TIMEOUT:-240} python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} "${pl[@]}"
+  echo "== python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} ${pl[*]}"
+  timeout ${PREWARM_TIMEOUT:-240} python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} "${pl[@]}"
   echo "exit code: $?"
   python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot_${PACK_NAME:-new}.tar.xz" || true
 fi

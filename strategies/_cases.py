@@ -10,6 +10,7 @@ built, instead of rejecting most examples.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from dataclasses import dataclass
@@ -49,6 +50,53 @@ class Limits:
                 raise ValueError(f"Limits.{name}: a positive integer, got {v!r}")
         if not isinstance(self.max_context, int) or self.max_context < 0:
             raise ValueError(f"Limits.max_context: an integer >= 0, got {self.max_context!r}")
+        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES)):
+            v = getattr(self, name)
+            if not v or any(x not in allowed for x in v):
+                raise ValueError(f"Limits.{name}: one or more of {', '.join(allowed)}, got {v!r}")
+        if not self.head_dims or any(not isinstance(d, int) or d < 1 for d in self.head_dims):
+            raise ValueError(f"Limits.head_dims: one or more positive integers, got {self.head_dims!r}")
+
+
+LIMIT_DTYPES = ("bfloat16", "float16")
+LIMIT_KV_DTYPES = ("same", "bfloat16", "float16", "float8_e4m3fn")
+
+
+def limit_overrides(texts) -> dict[str, Any]:
+    """`FIELD=VALUE[,VALUE...]` texts (the CLI's `--limit`, repeatable) -> `Limits` field overrides for
+    `dataclasses.replace`, e.g. `dtypes=float16,bfloat16`, `head_dims=64`, `max_context=4096`. A bad one
+    raises ValueError naming `--limit` and what is expected."""
+    fields = {f.name: f.type for f in dataclasses.fields(Limits)}
+    out: dict[str, Any] = {}
+    for text in texts:
+        name, sep, value = text.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--limit: expected FIELD=VALUE with FIELD one of {', '.join(fields)}, got {text!r}")
+        parts = [x.strip() for x in value.split(",") if x.strip()]
+        if not parts:
+            raise ValueError(f"--limit {name}: no value given")
+        if name.startswith("max_"):
+            if len(parts) != 1 or not parts[0].isdigit():
+                raise ValueError(f"--limit {name}: one non-negative integer, got {value!r}")
+            out[name] = int(parts[0])
+        elif name == "head_dims":
+            if not all(x.isdigit() for x in parts):
+                raise ValueError(f"--limit head_dims: positive integers separated by commas, got {value!r}")
+            out[name] = tuple(int(x) for x in parts)
+        else:
+            out[name] = tuple(parts)
+    try:
+        dataclasses.replace(Limits(), **out)  # every value checked now, where the option is named
+    except ValueError as err:
+        raise ValueError(f"--limit: {err}") from None
+    return out
+
+
+def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limits | None":
+    """`limits` (None: the defaults) with `limit_overrides`'s fields replaced; None if none given."""
+    if not overrides:
+        return limits
+    return dataclasses.replace(limits or Limits(), **overrides)
 
 
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:

@@ -229,3 +229,26 @@ def test_kernel_names_every_reaches_the_run_options(monkeypatch, tmp_path):
         except SystemExit:
             pass
         assert seen[-1] == want
+
+
+def test_limit_widens_and_narrows_the_drawn_shapes(tmp_path):
+    """`--limit` replaces fields of each lowering's own limits: only fp16, D=64 cases are drawn, in this
+    process and in `--jobs` children alike."""
+    import json
+
+    for extra in ((), ("--jobs", "2")):
+        rep = tmp_path / ("jobs" if extra else "serial")
+        code = cli.main(["check", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu", "--no-isolate",
+                         "--quiet", "--max-examples", "8", "--limit", "dtypes=float16", "--limit", "head_dims=64",
+                         "--limit", "kv_dtypes=same", "--report", str(rep), *extra])
+        data = json.loads((rep / "parity.json").read_text())
+        assert code == 0
+        for name, v in data["lowerings"].items():
+            assert v["cases"] == 8 and all(c.startswith("float16/float16/") for c in v["classes"]), (name, v["classes"])
+            assert v["worst_case"]["head_dim"] == 64
+
+
+def test_a_bad_limit_is_named(tmp_path, capsys):
+    code = cli.main(["check", "--lowering", "sdpa", "--device", "cpu", "--limit", "head_dim=64", "--report", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--limit: expected FIELD=VALUE with FIELD one of max_batch" in err, err

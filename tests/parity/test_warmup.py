@@ -422,3 +422,26 @@ def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
     assert "RuntimeError: nvcc exited with 1" in out
     assert out.strip().splitlines()[-1].startswith("warm-up on cpu: 2 unit(s) in 2 processes") \
         and out.strip().endswith("1 FAILED to load")
+
+
+def test_warmup_command_widens_like_check(tmp_path, capsys):
+    """`--limit` widens the lowering's own limits (here to fp16 and D=128 as well), in the plan and in the
+    `--jobs` children that each run one unit of it."""
+    from parity import warmup
+
+    plugin = tmp_path / "narrow.py"
+    plugin.write_text(NARROW_PLUGIN)
+    code = warmup.main(["--device", "cpu", "--jobs", "2", "--plugin", str(plugin), "--limit", "dtypes=bfloat16,float16",
+                        "--limit", "head_dims=64,128", "narrow_ok"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for variant in ("bf16 D=64", "fp16 D=64", "bf16 D=128", "fp16 D=128"):
+        assert f"narrow_ok {variant} no-window ... " in out, (variant, out)
+
+
+def test_warmup_command_names_a_bad_limit(capsys):
+    from parity import warmup
+
+    with pytest.raises(SystemExit) as exit_:
+        warmup.main(["--device", "cpu", "--limit", "dtypes=fp16", "decode_rows"])
+    assert exit_.value.code == 2 and "Limits.dtypes: one or more of bfloat16, float16, got ('fp16',)" in capsys.readouterr().err
