@@ -321,8 +321,9 @@ class FlashinferBase:
         """Longer contexts on a GPU (flashinfer's split-KV paths start past a few hundred keys)."""
         if device == "cuda":
             from strategies import Limits
-            # flashinfer JIT-compiles one module per (dtype, kv dtype, head dim, window on/off): 15-95 s
-            # each. The lent H200's 30-minute budget covers bf16 at head dim 128; widen on a real runner.
+            # flashinfer JIT-compiles one module per (dtype, kv dtype, head dim, window on/off): 15-165 s
+            # each. The lent H200's 30-minute budget covers bf16 at head dim 128; widen on a real runner
+            # with `check --limit dtypes=bfloat16,float16` etc. (fp16: all pass, docs/gpu session 4 run 14).
             return Limits(max_context=2048, dtypes=("bfloat16",), kv_dtypes=("same",), head_dims=(128,))
         return None
 

@@ -408,6 +408,7 @@ register(Narrow("narrow_broken", broken=True))
 '''
 
 
+@pytest.mark.usefixtures("restore_registry")  # the plugin registers its lowerings here
 def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
     """`python -m parity.warmup --jobs 2`: one process per unit, each line reported, exit 1 on a failure."""
     from parity import warmup
@@ -424,6 +425,7 @@ def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
         and out.strip().endswith("1 FAILED to load")
 
 
+@pytest.mark.usefixtures("restore_registry")  # the plugin registers its lowerings here
 def test_warmup_command_widens_like_check(tmp_path, capsys):
     """`--limit` widens the lowering's own limits (here to fp16 and D=128 as well), in the plan and in the
     `--jobs` children that each run one unit of it."""
