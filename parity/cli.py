@@ -226,9 +226,9 @@ def _saved_failures(report_dir: Path, lowering: str):
     whole run, died on it)."""
     from oracle.case import Case
     from parity.isolation import read_inflight
-    from parity.report import failure_filename
+    from parity.report import lowering_stem
 
-    stem = failure_filename(lowering, 0)[: -len("-0.json")]
+    stem = lowering_stem(lowering)
     out = []
     for f in sorted((report_dir / "failures").glob(f"{stem}-*.json")):
         try:
@@ -298,7 +298,8 @@ def _check(args) -> int:
                       check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
                       profile_every=args.kernel_names_every)
     yard = lowerings.get("sdpa")
-    from parity.jobs import lowering_stem, part_path
+    from parity.jobs import part_path
+    from parity.report import lowering_stem
 
     # A shard writes its failure files and its case in flight to a directory of its own.
     work_dir = report_dir if shard is None else shards_mod.shard_dir(report_dir, lowering_stem(selected[0].name), shard)

@@ -36,14 +36,9 @@ from typing import Any, Callable, Sequence
 
 from parity import shards as shards_mod
 from parity.interrupt import raise_if_requested
-from parity.report import failure_filename
+from parity.report import lowering_stem
 
 Shard = tuple[int, int]  # (i, S): the i-th of S shards, 0-based
-
-
-def lowering_stem(name: str) -> str:
-    """A lowering's name as a file name stem (its failure files are `<stem>-<n>.json`)."""
-    return failure_filename(name, 0)[: -len("-0.json")]
 
 
 def part_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
@@ -136,7 +131,7 @@ def merge_parts(report_dir: Path, names: Sequence[str], exits: dict[str, int | N
             data["lowerings"][name] = _read_part(report_dir, name, None, exits, device)
             continue
         entries = [_read_part(report_dir, name, (i, n), exits, device) for i in range(n)]
-        entry = shards_mod.merge_entries(name, entries)
+        entry = shards_mod.merge_entries(entries)
         stem = lowering_stem(name)
         shards_mod.collect_failures(report_dir, stem, entry,
                                     [shards_mod.shard_dir(report_dir, stem, (i, n)) for i in range(n)])
@@ -175,6 +170,15 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
         say(f"[jobs] {label}: done in {time.perf_counter() - t0:.1f} s (exit {code}; "
             f"{len(running)} running, {len(pending)} waiting)")
 
+    def reap_finished() -> None:
+        """Reap every child that has exited; wait `poll` seconds if some still run."""
+        for label in list(running):
+            code = running[label][0].poll()
+            if code is not None:
+                reap(label, code)
+        if running:
+            time.sleep(poll)
+
     try:
         while pending or running:
             while pending and len(running) < jobs:
@@ -186,12 +190,7 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
                                         start_new_session=True)
                 running[label] = (proc, log, time.perf_counter())
                 say(f"[jobs] {label}: started ({len(running)} running, {len(pending)} waiting)")
-            for name in list(running):
-                code = running[name][0].poll()
-                if code is not None:
-                    reap(name, code)
-            if running:
-                time.sleep(poll)
+            reap_finished()
             raise_if_requested()  # a SIGINT the interpreter swallowed (parity.interrupt)
     except KeyboardInterrupt:
         interrupted = True
@@ -202,12 +201,7 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
         deadline = time.perf_counter() + grace
         try:
             while running and time.perf_counter() < deadline:
-                for label in list(running):
-                    code = running[label][0].poll()
-                    if code is not None:
-                        reap(label, code)
-                if running:
-                    time.sleep(poll)
+                reap_finished()
             if running:
                 say(f"[jobs] {len(running)} check(s) wrote no part within {grace:g} s: stopping them")
         except KeyboardInterrupt:  # interrupted again: stop now, but still merge what was written

@@ -73,9 +73,13 @@ def example_line(case_json: dict[str, Any]) -> str:
     return f"@example(case=Case.from_json_dict({json.dumps(case_json)}))"
 
 
+def lowering_stem(lowering: str) -> str:
+    """A lowering's name as a file name stem (its failure files are `<stem>-<n>.json`)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
+
+
 def failure_filename(lowering: str, n: int) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
-    return f"{safe}-{n}.json"
+    return f"{lowering_stem(lowering)}-{n}.json"
 
 
 def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str) -> dict[str, Any]:

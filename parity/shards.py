@@ -83,7 +83,7 @@ def _worst(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return max(entries, key=lambda v: float(v.get(key) or 0.0) if not isinstance(v.get(key), str) else float("inf"))
 
 
-def merge_entries(name: str, entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report entry from the entries of a lowering's shards (in shard order)."""
     entries = list(entries)
     ran = [v for v in entries if v["status"] != "unavailable"]

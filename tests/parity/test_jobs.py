@@ -197,7 +197,7 @@ def test_merged_shards_add_up_and_keep_the_worst():
                 "max_compiles": 2, "classes": {"c": {"cases": cases, "failed": 0}}, "notes": list(notes), "failures": [],
                 "phase_seconds": {"lowering": cases / 2}, shards.FAMILY_KEYS: fams}
 
-    v = shards.merge_entries("x", [entry(10, 0.2, {"a": 2, "b": 1}), entry(12, 0.5, {"a": 2, "c": 1}, ["interrupted"], "fail")])
+    v = shards.merge_entries([entry(10, 0.2, {"a": 2, "b": 1}), entry(12, 0.5, {"a": 2, "c": 1}, ["interrupted"], "fail")])
     assert (v["cases"], v["unsupported"], v["seconds"], v["status"]) == (22, 2, 12.0, "fail")
     assert (v["worst_margin"], v["worst_case"], v["worst_ulp_case"]) == (0.5, {"m": 0.5}, {"u": 0.5})
     assert (v["compile_families"], v["max_compiles_in_a_family"], v["compiles"]) == (3, 2, {"k": 4})
