@@ -76,12 +76,15 @@ def kernel_is_interpreted(kernel) -> bool:
         return type(kernel).__name__ == "InterpretedFunction" or interpreting()
 
 
-def triton_available() -> tuple[bool, str]:
-    """``(True, "triton <version>")`` when ``import triton`` works, else ``(False, reason)``.
+def triton_available(device: str | None = None) -> tuple[bool, str]:
+    """``(True, "triton <version>")`` when ``import triton`` works (and, given ``device``, this
+    process's Triton kernels can run there), else ``(False, reason)``.
 
     Decides the interpreter first: triton imported (``triton.language`` above all) before
     ``TRITON_INTERPRET`` is set leaves later interpreted kernels unable to call their ``@triton.jit``
     helpers ("Cannot call @triton.jit'd outside of the scope of a kernel"; seen with triton 3.9).
+    On a GPU machine the kernels are compiled for the GPU: CPU tensors cannot reach them, so
+    ``device="cpu"`` is unavailable there (with the way out in the reason), never a failed case.
     """
     ensure_interpreter_on_cpu()
     try:
@@ -89,7 +92,17 @@ def triton_available() -> tuple[bool, str]:
         import triton.language  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install raising something else
         return False, f"triton is not importable: {type(exc).__name__}: {exc}"
+    if device == "cpu" and not interpreting():
+        return False, ("the Triton kernels are compiled for the GPU in this process (TRITON_INTERPRET is "
+                       "off): check on cuda, or set TRITON_INTERPRET=1 to interpret them on the CPU")
     return True, f"triton {getattr(triton, '__version__', '?')}"
+
+
+def triton_device() -> str:
+    """Where this process's Triton kernels take their tensors: ``"cpu"`` under the interpreter, else
+    ``"cuda"`` (the tests of the kernels use it to run on a GPU runner as on CI)."""
+    ensure_interpreter_on_cpu()
+    return "cpu" if interpreting() else "cuda"
 
 
 def kernel_param_is_constexpr(kernel, name: str) -> bool:

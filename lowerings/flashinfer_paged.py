@@ -785,7 +785,7 @@ class FlashinferWindowedMerge(FlashinferBase):
         ok, why = super().available(device)
         if ok and self.form == "triton":
             from lowerings._triton_env import triton_available
-            return triton_available()
+            return triton_available(device)
         return ok, why
 
     def supports(self, case: Case) -> str | None:

@@ -208,7 +208,7 @@ class WindowedMerge(TorchLoweringBase):
         if not ok or self.form != "triton":
             return ok, why
         from lowerings._triton_env import triton_available
-        return triton_available()
+        return triton_available(device)
 
     def case_limits(self, device: str):
         """The Triton merge runs interpreted on a CPU; torch.compile traces once per shape family."""

@@ -65,7 +65,7 @@ class HybridPaged:
         if device == "cuda" and not torch.cuda.is_available():
             return False, "no CUDA device visible to torch"
         from lowerings._triton_env import triton_available
-        return triton_available()
+        return triton_available(device)
 
     def supports(self, case: Case) -> str | None:
         if case.window != (-1, -1):

@@ -87,7 +87,7 @@ def _flashinfer_available(device: str) -> tuple[bool, str]:
 
 def _triton_available(device: str) -> tuple[bool, str]:
     from lowerings._triton_env import triton_available
-    return triton_available()
+    return triton_available(device)
 
 
 def _merge_state_only(t: MergeTensors, scale: float, right: int) -> Callable[[], Any]:

@@ -429,6 +429,20 @@ def test_triton_env_helpers():
         assert INTERP, "without CUDA the kernels must have been decorated as interpreted"
 
 
+def test_compiled_kernels_make_the_cpu_unavailable_not_failing(monkeypatch):
+    """On a GPU runner the kernels are compiled for the GPU: a `--device cpu` check lists the Triton
+    lowerings as unavailable, with the way out, instead of failing every case on CPU tensors."""
+    import lowerings
+    from lowerings import _triton_env
+
+    monkeypatch.setattr(_triton_env, "interpreting", lambda: False)
+    for name in ("hybrid_paged", "windowed_merge[triton]"):
+        ok, why = lowerings.get(name).available("cpu")
+        assert not ok and "compiled for the GPU" in why and "TRITON_INTERPRET=1" in why, (name, why)
+    assert _triton_env.triton_device() == "cuda"
+    assert lowerings.get("windowed_merge[eager]").available("cpu")[0]  # torch lowerings are not affected
+
+
 # --------------------------------------------------------------------------------------------------
 # GPU only: real compiled kernels at production shapes, CUDA-graph replay
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""No Triton recompile within a shape family, checked on the CPU.
+"""No Triton recompile within a shape family, checked on the CPU (interpreted) and on a GPU runner (compiled).
 
 Triton compiles a variant of a kernel for each combination of its constexprs and, for every integer
 argument it specializes on, whether the value is 1 or divisible by 16. A value that follows the batch
@@ -17,8 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import lowerings
+from lowerings._triton_env import triton_device
 from oracle import attention, materialize
 from strategies import Limits, cases
+
+# Where the kernels take their tensors: the interpreter's CPU on CI, the GPU on a GPU runner.
+DEVICE = triton_device()
 
 SETTINGS = settings(max_examples=30, derandomize=True, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
@@ -40,6 +44,13 @@ class Recorder:
             self.log.append((self.family[0], self.name, self.kernel.arg_names, args, kw))
             return self.kernel[grid](*args, **kw)
         return launch
+
+
+def _unwrap_interpreted_check(monkeypatch, module) -> None:
+    """The launcher asks `kernel_is_interpreted(kernel)` (its fp32 upcast switch): answer for the kernel a
+    Recorder wraps, so that the recorded launches run as the real ones would (interpreted or compiled)."""
+    real = module.kernel_is_interpreted
+    monkeypatch.setattr(module, "kernel_is_interpreted", lambda k: real(k.kernel if isinstance(k, Recorder) else k))
 
 
 def variants(log, do_not_specialize):
@@ -65,7 +76,7 @@ def test_hybrid_kernels_compile_once_per_shape_family(name, monkeypatch):
 
     lw = lowerings.get(name)
     log, family = [], [None]
-    monkeypatch.setattr(hk, "kernel_is_interpreted", lambda k: True)
+    _unwrap_interpreted_check(monkeypatch, hk)
     for kname in hk.DO_NOT_SPECIALIZE:
         monkeypatch.setattr(hk, kname, Recorder(kname, getattr(hk, kname), log, family))
 
@@ -76,7 +87,7 @@ def test_hybrid_kernels_compile_once_per_shape_family(name, monkeypatch):
                       dtype="bfloat16", kv_dtype="bfloat16"))
     def run(case):
         family[0] = lw.compile_family(case)
-        lw.run(materialize(case, "cpu"))
+        lw.run(materialize(case, DEVICE))
 
     run()
     assert log, "no launch recorded"
@@ -96,7 +107,7 @@ def test_oracle_kernel_compiles_once_per_family(monkeypatch):
                       block_storage="dense"))
     def run(case):
         family[0] = ("D=64",)  # its constexprs (row block, storage, ...) are part of the key below
-        attention(materialize(case, "cpu"), engine="triton")
+        attention(materialize(case, DEVICE), engine="triton")
 
     run()
     seen = variants(log, {"_oracle_kernel": fk.RUNTIME_ARGS})
@@ -110,7 +121,7 @@ def test_the_check_sees_a_value_specialized_on(monkeypatch):
 
     lw = lowerings.get("hybrid_paged")
     log, family = [], [None]
-    monkeypatch.setattr(hk, "kernel_is_interpreted", lambda k: True)
+    _unwrap_interpreted_check(monkeypatch, hk)
     monkeypatch.setattr(hk, "_hybrid_single_kernel",
                         Recorder("_hybrid_single_kernel", hk._hybrid_single_kernel, log, family))
     from tests.oracle.oracle_cases import build_case  # the oracle tests' case builder
@@ -118,7 +129,7 @@ def test_the_check_sees_a_value_specialized_on(monkeypatch):
     for lens in ([5], [13], [2, 1]):  # page size 1: max_ctx = the table's capacity, L + K: 8, 16, 5
         case = build_case(lens, 3, 1, 2, 64, 1)
         family[0] = lw.compile_family(case)
-        lw.run(materialize(case, "cpu"))
+        lw.run(materialize(case, DEVICE))
     without = {k: v for k, v in hk.DO_NOT_SPECIALIZE.items()}
     without["_hybrid_single_kernel"] = [n for n in without["_hybrid_single_kernel"] if n != "max_ctx"]
     seen = variants(log, without)
@@ -133,7 +144,7 @@ def test_the_oracle_check_sees_a_value_specialized_on(monkeypatch):
     log, family = [], [("D=64",)]
     monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
     for K in (1, 3):  # K*G <= 16: one row block, the same constexprs
-        attention(materialize(build_case([5], K, 1, 2, 64, 16), "cpu"), engine="triton")
+        attention(materialize(build_case([5], K, 1, 2, 64, 16), DEVICE), engine="triton")
     without = {"_oracle_kernel": [n for n in fk.RUNTIME_ARGS if n != "K"]}
     assert [differing(v) for v in variants(log, without).values()] == [["K"]]
     assert [differing(v) for v in variants(log, {"_oracle_kernel": fk.RUNTIME_ARGS}).values()] == [[]]

@@ -24,6 +24,8 @@ from parity.isolation import IsolatedExecutor, inflight_path, read_inflight
 from parity.runner import RunOptions, check_lowering, run_case
 from strategies import Limits, build_case, cases, profile_settings
 from tests import hardening_mutants as H
+from tests.devices import TRITON_DEVICE, interpreter_only
+from tests.plugin_runs import assert_outcomes, runpytest
 
 pytest_plugins = ["pytester"]
 
@@ -143,11 +145,11 @@ def test_correct_given_output_lowering_passes(policy):
                          ids=["bf16", "fp16-empty", "fp8"])
 def test_hybrid_paged_writes_every_given_element(over, policy):
     hp = lowerings.get("hybrid_paged")
-    ok, why = hp.available("cpu")
+    ok, why = hp.available(TRITON_DEVICE)  # the interpreter's CPU on CI, the GPU on a GPU runner
     if not ok:
         pytest.skip(why)
     assert hp.writes_given_output
-    out = run_case(hp, _case(**over), policy, RunOptions(), lowerings.get("sdpa"))
+    out = run_case(hp, _case(**over), policy, RunOptions(device=TRITON_DEVICE), lowerings.get("sdpa"))
     assert out.status == "pass", out.failures
 
 
@@ -202,6 +204,7 @@ def test_a_crash_that_does_not_replay_is_reported_as_flaky(executor, policy):
     assert any(m.startswith("flaky: the case below failed, then passed when hypothesis replayed it") for m in rep.extra)
 
 
+@interpreter_only  # compiled for a GPU, an out-of-bounds read is a CUDA fault, not this process's SIGSEGV
 def test_triton_kernel_segfault_under_the_interpreter(executor):
     pytest.importorskip("triton")
     crossing = _case(context_lens=[5], page_size=4)
@@ -296,8 +299,8 @@ def test_parity(parity_lowering, parity_check):
 def test_after():
     pass
 ''')
-    res = pytester.runpytest_subprocess("--plugin", str(plugin), "--lowering", "crasher", "--parity-profile", "ci",
-                                        "--parity-device", "cpu", "-p", "no:cacheprovider")
-    res.assert_outcomes(failed=1, passed=1)
+    res = runpytest(pytester, "--plugin", str(plugin), "--lowering", "crasher", "--parity-profile", "ci",
+                    "--parity-device", "cpu", "-p", "no:cacheprovider")
+    assert_outcomes(res, failed=1, passed=1)
     res.stdout.fnmatch_lines(["*crasher failed parity on cpu*", "*shrunk case: B=1*",
                               "*crashed: worker killed by SIGSEGV (signal 11) while running this case*"])

@@ -1,6 +1,8 @@
 """The pytest plugin as another repository sees it (loaded through the installed `pytest11` entry point,
 no conftest): options, parametrization, the gpu marker, a shrunk failure."""
 
+from tests.plugin_runs import assert_outcomes, runpytest
+
 pytest_plugins = ["pytester"]
 
 TEST_FILE = '''
@@ -18,9 +20,9 @@ def test_needs_gpu():
 
 def test_plugin_parametrizes_selected_lowerings_and_skips_gpu_tests(pytester):
     pytester.makepyfile(test_other_repo=TEST_FILE)
-    res = pytester.runpytest_subprocess("--lowering", "sdpa", "--lowering", "decode_rows",
+    res = runpytest(pytester, "--lowering", "sdpa", "--lowering", "decode_rows",
                                         "--parity-profile", "ci", "--parity-device", "cpu", "-rs", "-p", "no:cacheprovider")
-    res.assert_outcomes(passed=2, skipped=1)
+    assert_outcomes(res, passed=2, skipped=1)
     res.stdout.fnmatch_lines(["*SKIPPED*needs a CUDA GPU; torch sees none on this machine*"])
 
 
@@ -28,8 +30,8 @@ def test_plugin_reports_a_shrunk_failure(pytester):
     import pathlib
     plugin = pathlib.Path(__file__).resolve().parents[2] / "examples" / "plugin_window_off_by_one.py"
     pytester.makepyfile(test_other_repo=TEST_FILE.replace("max_examples=3", "max_examples=60"))
-    res = pytester.runpytest_subprocess("--plugin", str(plugin), "--lowering",
+    res = runpytest(pytester, "--plugin", str(plugin), "--lowering",
                                         "my_windowed_merge", "--parity-profile", "ci", "--parity-device", "cpu",
                                         "-k", "test_parity", "-p", "no:cacheprovider")
-    res.assert_outcomes(failed=1)
+    assert_outcomes(res, failed=1)
     res.stdout.fnmatch_lines(["*my_windowed_merge failed parity on cpu*", "*shrunk case: B=1*", "*case JSON*"])

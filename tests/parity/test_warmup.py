@@ -14,6 +14,7 @@ from lowerings.protocol import LoweringResult
 from parity import pytest_plugin as plug
 from parity.warmup import Variant, plan_warmup, tiny_case, warm_up
 from strategies import Limits
+from tests.plugin_runs import assert_outcomes, plugin_args, runpytest
 
 pytest_plugins = ["pytester"]
 
@@ -295,10 +296,10 @@ def test_lowering(parity_lowering):
 
 def test_plugin_option_warms_up_before_the_tests(pytester):
     pytester.makepyfile(plugin_fakes=PLUGIN, test_other_repo=TESTS)
-    res = pytester.runpytest_subprocess("--plugin", "plugin_fakes.py", "--lowering", "warm_ok", "--lowering",
+    res = runpytest(pytester, "--plugin", "plugin_fakes.py", "--lowering", "warm_ok", "--lowering",
                                         "warm_bad", "--parity-device", "cpu", "--dflash-warmup",
                                         "-p", "no:cacheprovider")
-    res.assert_outcomes(passed=2)
+    assert_outcomes(res, passed=2)
     out = res.stdout.str()
     # Progress before the first test, then the report in the terminal summary.
     assert out.index("warm-up 1/2: warm_ok bf16 D=64 no-window ...") < out.index("test_other_repo.py")
@@ -314,10 +315,11 @@ def test_plugin_option_warms_up_before_the_tests(pytester):
 
 
 def test_plugin_option_and_ini_are_registered(pytester):
-    assert plug.warmup_enabled(pytester.parseconfig("--dflash-warmup", "-p", "no:cacheprovider"))
-    assert not plug.warmup_enabled(pytester.parseconfig("-p", "no:cacheprovider"))
+    load = plugin_args()  # the entry point, or -p where the package is not installed
+    assert plug.warmup_enabled(pytester.parseconfig(*load, "--dflash-warmup", "-p", "no:cacheprovider"))
+    assert not plug.warmup_enabled(pytester.parseconfig(*load, "-p", "no:cacheprovider"))
     pytester.makeini("[pytest]\ndflash_warmup = true\n")
-    assert plug.warmup_enabled(pytester.parseconfig("-p", "no:cacheprovider"))
+    assert plug.warmup_enabled(pytester.parseconfig(*load, "-p", "no:cacheprovider"))
 
 
 def _config(**options):
