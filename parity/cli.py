@@ -163,7 +163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help (0) or a usage error (2, message already printed)
         return int(exit_.code or 0)
     from parity import hooks
-    from parity.isolation import WorkerError
 
     try:
         with hooks.timeout_set(getattr(args, "hook_timeout", None)):
@@ -173,9 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as err:  # validated settings (profile, limits) raise ValueError with the option named
-        print(f"dflash-parity: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except WorkerError as err:  # the isolated worker could not start (not a lowering's doing)
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -334,6 +330,10 @@ def _check(args) -> int:
     shard = shards_mod.parse_shard(args.shard) if args.shard is not None else None
     if shard is not None and not args.part:
         raise InvalidInput("--shard", "is for a --jobs child (with --part); use --shards NAME=S")
+    # Saved failures and cases in flight are read (and refused if bad) before the first case runs (under
+    # --jobs, by the parent too: before any child starts).
+    replays = {lw.name: _saved_failures(report_dir, lw.name, device)
+               if shard is None or shard[0] == 0 else [] for lw in selected}
     t0 = time.perf_counter()
     if args.jobs > 1 and (len(selected) > 1 or shard_counts):
         from parity.jobs import run_jobs
@@ -356,9 +356,6 @@ def _check(args) -> int:
 
     # A shard writes its failure files and its case in flight to a directory of its own.
     work_dir = report_dir if shard is None else shards_mod.shard_dir(report_dir, lowering_stem(selected[0].name), shard)
-    # Saved failures and cases in flight are read (and refused if bad) before the first case runs.
-    replays = {lw.name: _saved_failures(report_dir, lw.name, device)
-               if shard is None or shard[0] == 0 else [] for lw in selected}
     replay_args = report_mod.replay_args(device, args.tolerances)
     plugins = {lw.name: report_mod.plugin_records([args.plugin_of[lw.name]])
                for lw in selected if lw.name in args.plugin_of}
@@ -375,30 +372,27 @@ def _check(args) -> int:
             if not args.quiet:
                 print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
-            try:
+            rep = None
+            try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 limits = hooks.call(lw, "case_limits", device) if callable(getattr(lw, "case_limits", None)) else None
-            except hooks.HookFailure as hf:  # that lowering's failure; the run goes on
-                results.append(hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter()))
-                continue
-            limits = with_overrides(limits, overrides)
-            if args.warm_up:
-                try:
+                limits = with_overrides(limits, overrides)
+                if args.warm_up:
                     _warm_up(lw, device, args.quiet, limits)
-                except hooks.HookFailure as hf:  # supports() failed while picking the cases to warm
-                    results.append(hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter()))
-                    continue
-                except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
-                    results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
-                        "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
-                    print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
-                          file=sys.stderr)
-                    break
-            strategy = cases(lw, limits=limits)
-            rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
-                                 replay=replays[lw.name], progress=_progress(args.quiet, lines=args.part,
-                                                                   label=shards_mod.shard_label(lw.name, shard)),
-                                 target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
-                                 shard=shard)
+            except hooks.HookFailure as hf:
+                rep = hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter())
+            except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
+                results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
+                    "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
+                print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
+                      file=sys.stderr)
+                break
+            if rep is None:
+                strategy = cases(lw, limits=limits)
+                rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
+                                     replay=replays[lw.name], progress=_progress(args.quiet, lines=args.part,
+                                                                       label=shards_mod.shard_label(lw.name, shard)),
+                                     target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
+                                     shard=shard)
             if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)

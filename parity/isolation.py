@@ -282,7 +282,8 @@ class IsolatedExecutor:
         if "hook_failure" in msg:
             raise HookFailure.from_json(msg["hook_failure"])
         if "error" in msg:
-            raise WorkerError(f"{lowering_name}.available: {msg['error']}\n{msg.get('traceback', '')}")
+            raise HookFailure(lowering_name, "available", f"available() could not be asked in the isolated worker: "
+                                                          f"{msg['error']}")
         ok, why = msg["available"]
         return bool(ok), str(why)
 
@@ -436,7 +437,7 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         torch.set_num_threads(int(init["num_threads"]))
         import lowerings
         from parity import policy as policy_mod
-        from parity.runner import run_case
+        from parity.runner import availability, run_case
 
         lowerings.names()
         hooks.set_timeout(init["hook_timeout"])  # this process's bound for every hook it calls
@@ -461,8 +462,8 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         try:
             lw = lowerings.get(msg["lowering"])
             if "available" in msg:
-                ok, why = hooks.call(lw, "available", msg["available"])
-                answer = {"available": [bool(ok), str(why)]}
+                ok, why = availability(lw.name, hooks.call(lw, "available", msg["available"]))
+                answer = {"available": [ok, why]}
             else:
                 case = Case.from_json_dict(msg["case"], source="parent")
                 out = run_case(lw, case, pol, opts, yard)

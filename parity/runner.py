@@ -613,10 +613,16 @@ def lowering_available(lowering: Lowering, device: str, executor: CaseExecutor |
     """`lowering.available(device)`: in the executor's worker when it offers it, else here under the hook
     watchdog; a hook failure raises `HookFailure`, a malformed answer too."""
     asked = getattr(executor, "available", None)
-    ans = asked(lowering.name, device) if callable(asked) else hooks.call(lowering, "available", device)
-    if not (isinstance(ans, (tuple, list)) and len(ans) == 2 and isinstance(ans[1], str)):
-        raise HookFailure(lowering.name, "available", f"available() returned {ans!r:.200}, expected (bool, str)")
-    return bool(ans[0]), ans[1]
+    if callable(asked):
+        return asked(lowering.name, device)
+    return availability(lowering.name, hooks.call(lowering, "available", device))
+
+
+def availability(lowering_name: str, answer: Any) -> tuple[bool, str]:
+    """`available()`'s answer as `(ok, why)`; anything but a pair (bool, str) raises HookFailure."""
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[1], str)):
+        raise HookFailure(lowering_name, "available", f"available() returned {answer!r:.200}, expected (bool, str)")
+    return bool(answer[0]), answer[1]
 
 
 def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) -> "LoweringReport":

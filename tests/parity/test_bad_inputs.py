@@ -22,7 +22,6 @@ from typing import Callable
 
 import pytest
 
-import lowerings
 from lowerings import registry
 from oracle import Case
 from parity import cli, report as report_mod, report_dir as report_dir_mod
@@ -121,6 +120,8 @@ HOOK_ROWS = [
             "available() crashed the isolated worker: killed by SIGSEGV (signal 11)", False),
     HookRow("available returns garbage", AVAILABLE_GARBAGE, False, "available() returned 'yes', expected (bool, str)",
             False),
+    HookRow("available returns garbage, isolated", AVAILABLE_GARBAGE, True,
+            "available() returned 'yes', expected (bool, str)", False),
     HookRow("expected_calls raises, isolated", EXPECTED_RAISES, True, "expected_calls() raised KeyError: 'torch.sdpa'",
             True),
     HookRow("expected_calls loops, isolated", EXPECTED_LOOPS, True, "expected_calls() did not answer within 1 s", True),
