@@ -536,3 +536,17 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
     # the next run removes it, and its verdict replaces it
     code, _, _ = run(["check", "--lowering", "sdpa", "--no-isolate", *QUICK, "--report", tmp_path])
     assert code == 0 and not (tmp_path / report_mod.PARTIAL_NAME).exists()
+
+
+@pytest.mark.gpu
+def test_a_case_larger_than_the_gpu_is_refused_by_the_gpu_memory(tmp_path):
+    import torch
+
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    num_pages = total // (1 << 20)  # 1 MiB of K and V per page: the pool alone fills the device
+    case = write(tmp_path / "c.json", failure_text(context_lens=[0], block_size=1, pages=[[0]], num_pages=num_pages,
+                                                   page_size=256, num_q_heads=8, num_kv_heads=8, head_dim=128))
+    code, out, err = run(["repro", case, "--device", "cuda", "--no-isolate"])
+    assert code == 2, out + err
+    assert err.startswith(f"dflash-parity: error: {case}: num_pages: this case needs about") and \
+        "the GPU memory of this cuda machine; refused before allocating" in err, err
