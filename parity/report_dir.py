@@ -101,7 +101,7 @@ def locked(report_dir: str | Path) -> Iterator[None]:
             raise _refuse(d, f"another check is writing to this report directory ({_holder(held)}); wait for it "
                              f"to finish or use another --report") from None
         note = (f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
-                f"{' '.join(sys.argv[:1] + sys.argv[1:])[:300]}\n").encode()
+                f"{' '.join(sys.argv)[:300]}\n").encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, note, 0)
         try:
