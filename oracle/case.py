@@ -147,6 +147,8 @@ class Case:
         if version != CASE_FORMAT_VERSION:
             raise InvalidInput(f"{source}: version", f"this dflash-parity reads case format {CASE_FORMAT_VERSION}, got {version!r}")
         batch_size = data.pop("batch_size", None)
+        if batch_size is not None and not _is_int(batch_size):
+            raise InvalidInput(f"{source}: batch_size", f"an integer, got {_shown(batch_size)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -155,6 +157,7 @@ class Case:
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data)
         if missing:
             raise InvalidInput(f"{source}: {missing[0]}", "required case field is missing")
+        _check_json_fields(data, source)
         try:
             case = cls(**data)
         except InvalidInput as err:
@@ -169,6 +172,9 @@ class Case:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise InvalidInput(source, f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        except RecursionError:
+            raise InvalidInput(source, "JSON nested too deeply (a case is an object of numbers, strings and "
+                                       "lists of lists at most)") from None
         # A failure file wraps the case with its verdict; accept both.
         if isinstance(data, dict) and "case" in data and isinstance(data["case"], dict):
             data = data["case"]
@@ -188,6 +194,77 @@ class Case:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+# ---- a case read from JSON (a user's file, a failure file, a worker's answer) ----------------------------
+# The largest values a case read from JSON may hold: past them it is refused before anything is built
+# (B = 10**6 or K = 10**5 would hang the run or get it OOM-killed). The bytes a case needs are checked
+# against the device's memory where it runs (parity.intake.check_case_fits).
+JSON_BOUNDS = {"batch_size": 1 << 16, "block_size": 1 << 12, "num_q_heads": 1 << 10, "num_kv_heads": 1 << 10,
+               "head_dim": 1 << 10, "page_size": 1 << 16, "num_pages": 1 << 24, "context_lens": 1 << 24,
+               "page_table_pad": 1 << 16}
+_JSON_INTS = ("block_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "num_pages", "page_table_pad",
+              "seed")
+_JSON_STRS = ("layout", "dtype", "kv_dtype", "block_storage", "page_table_dtype")
+
+
+def _shown(x: Any) -> str:
+    """A JSON value as a message shows it: scalars as they are (cut), arrays and objects by kind and size
+    (never recursing into them: a deeply nested value must not blow the stack)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (list, tuple)):
+        return f"an array of {len(x)}"
+    if isinstance(x, dict):
+        return f"an object of {len(x)} key(s)"
+    text = repr(x)
+    kind = "a string " if isinstance(x, str) else ""
+    return kind + (text if len(text) <= 40 else text[:37] + "...")
+
+
+def _check_json_fields(data: dict[str, Any], source: str) -> None:
+    """JSON types and sizes of a case's fields, before the `Case` is built: one InvalidInput naming the
+    file and the field (`FILE: pages: an array of arrays of page ids, got 3`)."""
+    def bad(where: str, rule: str) -> None:
+        raise InvalidInput(f"{source}: {where}", rule)
+
+    for name in _JSON_INTS:
+        if name in data and not _is_int(data[name]):
+            bad(name, f"an integer, got {_shown(data[name])}")
+    for name in _JSON_STRS:
+        if name in data and not isinstance(data[name], str):
+            bad(name, f"a string, got {_shown(data[name])}")
+    for name in ("k_scale", "v_scale", "scale"):
+        v = data.get(name, 1.0)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool)) and not (name == "scale" and v is None):
+            bad(name, f"a number{' or null' if name == 'scale' else ''}, got {_shown(v)}")
+    lens, pages, window = data["context_lens"], data["pages"], data.get("window", [UNBOUNDED, UNBOUNDED])
+    if isinstance(lens, list) and len(lens) > JSON_BOUNDS["batch_size"]:  # before walking a million entries
+        bad("batch_size", f"batch_size at most {JSON_BOUNDS['batch_size']} in a case read from JSON (refused "
+                          f"before anything is allocated), got {len(lens)}")
+    if not isinstance(lens, list) or not all(_is_int(x) for x in lens):
+        bad("context_lens", f"an array of integers, got {_shown(lens)}"
+            + ("" if not isinstance(lens, list) else f" holding {_shown(next(x for x in lens if not _is_int(x)))}"))
+    if not isinstance(pages, list) or not all(isinstance(r, list) for r in pages):
+        bad("pages", f"an array of arrays of page ids (one per request), got {_shown(pages)}"
+            + ("" if not isinstance(pages, list) else f" holding {_shown(next(r for r in pages if not isinstance(r, list)))}"))
+    for b, row in enumerate(pages):
+        if not all(_is_int(p) for p in row):
+            bad(f"pages[{b}]", f"an array of integer page ids, holding {_shown(next(p for p in row if not _is_int(p)))}")
+    if not isinstance(window, list) or len(window) != 2 or not all(_is_int(w) for w in window):
+        bad("window", f"an array [left, right] of two integers, got {_shown(window)}")
+    sizes = {"batch_size": len(lens), "context_lens": max(lens, default=0),
+             **{k: data[k] for k in JSON_BOUNDS if k in data and k != "context_lens"}}
+    for name, v in sizes.items():
+        if v > JSON_BOUNDS[name]:
+            what = "each context length" if name == "context_lens" else name
+            bad(name, f"{what} at most {JSON_BOUNDS[name]} in a case read from JSON (refused before anything is "
+                      f"allocated), got {v}")
+    listed = sum(len(r) for r in pages)
+    if listed > JSON_BOUNDS["num_pages"]:
+        bad("pages", f"at most {JSON_BOUNDS['num_pages']} page ids in all, got {listed}")
 
 
 def _validate(c: Case) -> None:

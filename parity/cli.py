@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a Python file that registers lowerings (repeatable)")
         sp.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
         sp.add_argument("--tolerances", default=None, metavar="TOML", help="tolerance policy (default: the packaged tolerances.toml)")
+        sp.add_argument("--hook-timeout", type=_positive_float("--hook-timeout"), default=None, metavar="SECONDS",
+                        help="seconds a lowering's available()/supports()/expected_calls() or a plugin's import may "
+                             "take before it fails that lowering (default: $DFLASH_PARITY_HOOK_TIMEOUT or 60)")
 
     sp = sub.add_parser("list", help="lowerings, where each runs, whether it can run here and why not")
     common(sp)
@@ -119,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("case_file", metavar="FILE.json")
     sp.add_argument("--lowering", action="append", default=[], metavar="NAME",
-                    help="lowering to run (default: the one the failure file names)")
+                    help="lowering to run (default: the one the failure file names; its plugin file, recorded "
+                         "there, is loaded again when --plugin is not given)")
+    sp.add_argument("--no-isolate", action="store_true",
+                    help="run the lowering in this process (for a debugger; a crash ends the command)")
+    sp.add_argument("--case-timeout", type=_positive_float("--case-timeout"), default=None, metavar="SECONDS",
+                    help="isolated: seconds the case may take before its worker is killed (default: 120)")
 
     sp = sub.add_parser("bench", help="timing tables (CUDA graphs, median of replays), each row with its parity verdict")
     common(sp)
@@ -154,9 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help (0) or a usage error (2, message already printed)
         return int(exit_.code or 0)
+    from parity import hooks
+
     try:
-        return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate,
-                "bench": _cmd_bench}[args.verb](args)
+        with hooks.timeout_set(getattr(args, "hook_timeout", None)):
+            return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate,
+                    "bench": _cmd_bench}[args.verb](args)
     except InvalidInput as err:
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -168,12 +179,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _setup(args) -> tuple:
+def _setup(args, probe: bool = False) -> tuple:
+    """Load the plugins (first in a throwaway worker when `probe`: one that crashes, hangs or exits at
+    import is refused before this process imports it), the device and the policy. `args.plugin_of`:
+    lowering name -> the plugin file that registered it."""
     import lowerings
+    from parity import hooks
     from parity import policy as policy_mod
 
+    if probe and args.plugin:
+        from parity.isolation import probe_plugins
+        probe_plugins(args.plugin)
+    args.plugin_of = {}
     for path in args.plugin:
-        lowerings.load_plugin(path)
+        for name in hooks.load_plugin(path):
+            args.plugin_of[name] = path
     device = args.device or default_device()
     pol = policy_mod.load(args.tolerances)
     pol.check_lowerings(lowerings.names())
@@ -183,10 +203,15 @@ def _setup(args) -> tuple:
 def cmd_list(args) -> int:
     import lowerings
 
+    from parity import hooks
+
     device, _ = _setup(args)
     rows = [["lowering", "runs on", "LSE base", f"here ({device})"]]
     for lw in lowerings.all_lowerings():
-        ok, why = lw.available(device)
+        try:
+            ok, why = hooks.call(lw, "available", device)
+        except hooks.HookFailure as hf:
+            ok, why = False, hf.message
         rows.append([lw.name, ",".join(lw.devices), "2" if lw.lse_base == 2.0 else "e", "yes" if ok else f"no: {why}"])
     from parity.report import format_table
     print(format_table(rows))
@@ -221,51 +246,75 @@ def _progress(quiet: bool, lines: bool = False, label: str | None = None):
     return show
 
 
-def _saved_failures(report_dir: Path, lowering: str):
+def _saved_failures(report_dir: Path, lowering: str, device: str):
     """The lowering's saved failure files, then the case a previous run left in flight (its worker, or the
-    whole run, died on it)."""
-    from oracle.case import Case
-    from parity.isolation import read_inflight
+    whole run, died on it). Each is checked as a case file a user gives is (`parity.intake`: its kind,
+    JSON types, nesting, sizes and memory): a bad one raises InvalidInput naming the file and the field.
+    A file saved for another lowering (whose name maps to the same file name) is not this one's."""
+    from parity.intake import check_case_fits, read_case_file
+    from parity.isolation import inflight_path
     from parity.report import lowering_stem
 
     stem = lowering_stem(lowering)
+    files = sorted((report_dir / "failures").glob(f"{stem}-*.json"))
+    inflight = inflight_path(report_dir / "inflight", lowering)
+    if inflight.exists() or inflight.is_symlink():
+        files.append(inflight)
     out = []
-    for f in sorted((report_dir / "failures").glob(f"{stem}-*.json")):
-        try:
-            data = json.loads(f.read_text())
-            if data.get("lowering") == lowering:
-                out.append(Case.from_json_dict(data["case"], source=str(f)))
-        except (OSError, ValueError, KeyError):
-            continue  # an unreadable old file is not this run's input
-    inflight = read_inflight(report_dir / "inflight", lowering)
-    if inflight is not None and inflight not in out:
-        out.append(inflight)
+    for f in files:
+        case, wrapper = read_case_file(f)
+        if wrapper.get("lowering") != lowering or case in out:
+            continue
+        check_case_fits(case, device, str(f))
+        out.append(case)
     return out
 
 
-def cmd_check(args) -> int:
-    from parity import interrupt
+def _report_written(what: str, report_dir: Path, write, *args, **kwargs):
+    """`write(*args, **kwargs)`; an OSError (a full disk, a directory made read-only under the run) becomes
+    one message naming the report directory (exit 2). `parity.json` is written last, so none is left."""
+    from oracle.errors import InvalidInput
 
-    # A --jobs child always takes SIGINT (its parent's means "write your partial part"), even where the
-    # parent was started with SIGINT ignored; a top-level check leaves an ignored SIGINT ignored.
-    with interrupt.installed(force=args.part):
-        return _check(args)
+    try:
+        return write(*args, **kwargs)
+    except OSError as err:
+        raise InvalidInput(f"--report {report_dir}", f"could not write {what}: {err.strerror or err} "
+                                                     f"({err.filename or 'a report file'}); no parity.json was "
+                                                     f"written by this run") from None
+
+
+def cmd_check(args) -> int:
+    import contextlib
+
+    from parity import interrupt, report_dir as report_dir_mod
+    from parity.report import PARTIAL_NAME
+
+    # The report directory is proven writable and free of links out of it, and locked against another
+    # check, before anything else runs (a --jobs child runs under its parent's lock).
+    with contextlib.ExitStack() as held:
+        if not args.part:
+            d = report_dir_mod.prepare(args.report)
+            held.enter_context(report_dir_mod.locked(d))
+            (d / PARTIAL_NAME).unlink(missing_ok=True)
+        # A --jobs child always takes SIGINT (its parent's means "write your partial part"), even where the
+        # parent was started with SIGINT ignored; a top-level check leaves an ignored SIGINT ignored.
+        with interrupt.installed(force=args.part):
+            return _check(args)
 
 
 def _check(args) -> int:
     import lowerings
     from oracle.errors import InvalidInput
     from parity import report as report_mod
-    from parity.runner import LoweringReport, RunOptions, check_lowering
+    from parity import hooks
+    from parity.runner import LoweringReport, RunOptions, check_lowering, hook_failure_report
     from strategies import PROFILES, cases, profile_settings
 
-    device, pol = _setup(args)
+    device, pol = _setup(args, probe=not args.no_isolate and not args.part)
     names = args.lowering or lowerings.names()
     selected = [lowerings.get(n) for n in names]
     settings = profile_settings(args.profile, max_examples=args.max_examples, seed=args.seed, database=args.database)
     report_dir = Path(args.report)
-    if report_dir.exists() and not report_dir.is_dir():
-        raise InvalidInput("--report", f"{report_dir} exists and is not a directory")
     if args.no_isolate and args.case_timeout is not None:
         raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
     if args.part and len(selected) != 1:
@@ -281,6 +330,10 @@ def _check(args) -> int:
     shard = shards_mod.parse_shard(args.shard) if args.shard is not None else None
     if shard is not None and not args.part:
         raise InvalidInput("--shard", "is for a --jobs child (with --part); use --shards NAME=S")
+    # Saved failures and cases in flight are read (and refused if bad) before the first case runs (under
+    # --jobs, by the parent too: before any child starts).
+    replays = {lw.name: _saved_failures(report_dir, lw.name, device)
+               if shard is None or shard[0] == 0 else [] for lw in selected}
     t0 = time.perf_counter()
     if args.jobs > 1 and (len(selected) > 1 or shard_counts):
         from parity.jobs import run_jobs
@@ -291,7 +344,7 @@ def _check(args) -> int:
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
                                      shards=shard_counts)
-        report_mod.write_merged(report_dir, data)
+        _report_written("the report", report_dir, report_mod.write_merged, report_dir, data)
         code = _finish(args, data, report_dir, t0)
         return EXIT_INTERRUPTED if interrupted else code
     opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
@@ -303,6 +356,9 @@ def _check(args) -> int:
 
     # A shard writes its failure files and its case in flight to a directory of its own.
     work_dir = report_dir if shard is None else shards_mod.shard_dir(report_dir, lowering_stem(selected[0].name), shard)
+    replay_args = report_mod.replay_args(device, args.tolerances)
+    plugins = {lw.name: report_mod.plugin_records([args.plugin_of[lw.name]])
+               for lw in selected if lw.name in args.plugin_of}
     executor = None
     if not args.no_isolate:
         from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
@@ -316,27 +372,36 @@ def _check(args) -> int:
             if not args.quiet:
                 print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
-            limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
-            limits = with_overrides(limits, overrides)
-            if args.warm_up:
-                try:
+            rep = None
+            try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
+                limits = hooks.call(lw, "case_limits", device) if callable(getattr(lw, "case_limits", None)) else None
+                limits = with_overrides(limits, overrides)
+                if args.warm_up:
                     _warm_up(lw, device, args.quiet, limits)
-                except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
-                    results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
-                        "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
-                    print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
-                          file=sys.stderr)
-                    break
-            strategy = cases(lw, limits=limits)
-            replay = _saved_failures(report_dir, lw.name) if shard is None or shard[0] == 0 else []
-            rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
-                                 replay=replay, progress=_progress(args.quiet, lines=args.part,
-                                                                   label=shards_mod.shard_label(lw.name, shard)),
-                                 target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
-                                 shard=shard)
+            except hooks.HookFailure as hf:
+                rep = hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter())
+            except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
+                results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
+                    "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
+                print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
+                      file=sys.stderr)
+                break
+            if rep is None:
+                strategy = cases(lw, limits=limits)
+                rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
+                                     replay=replays[lw.name], progress=_progress(args.quiet, lines=args.part,
+                                                                       label=shards_mod.shard_label(lw.name, shard)),
+                                     target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
+                                     shard=shard)
             if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)
+            if len(selected) > 1 and not args.part:  # on disk before the next lowering (a crash loses none)
+                try:
+                    report_mod.write_progress(work_dir, results, device=device, profile=args.profile,
+                                              tolerances=pol.source, replay=replay_args, plugins=plugins)
+                except OSError as err:
+                    print(f"dflash-parity: warning: could not write the progress report: {err}", file=sys.stderr)
             if rep.interrupted:  # SIGINT: report what ran, check nothing more
                 print(f"dflash-parity: interrupted during {lw.name}; writing the partial report", file=sys.stderr)
                 break
@@ -347,16 +412,15 @@ def _check(args) -> int:
         print(f"{'  ' + shards_mod.shard_label(selected[0].name, shard) + ': ' if args.part else ''}isolated: {executor.workers_started} worker(s) "
               f"started, {executor.crashes} case(s) crashed or hung one, {executor.worker_cpu_seconds:.1f} s of "
               f"worker CPU", file=sys.stderr)
-    for lw in selected:  # stale failure files of re-checked lowerings go; this run writes its own
-        for f in (work_dir / "failures").glob(f"{lowering_stem(lw.name)}-*.json"):
-            f.unlink()
     part = part_path(report_dir, selected[0].name, shard) if args.part else None
     amend = None
     if shard is not None:
         fams = results[0].compile_families if results else {}
         amend = lambda entry: shards_mod.shard_part_entry(entry, work_dir, fams)  # noqa: E731
-    data = report_mod.write_reports(work_dir, results, device=device, profile=args.profile, tolerances=pol.source,
-                                    part=part, amend_part=amend)
+    # stale failure files of the re-checked lowerings go (write_failure_files); this run writes its own
+    data = _report_written("the report", report_dir, report_mod.write_reports, work_dir, results, device=device,
+                           profile=args.profile, tolerances=pol.source, part=part, amend_part=amend,
+                           replay=replay_args, plugins=plugins)
     code = _finish(args, data, report_dir, t0)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 
@@ -396,49 +460,97 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
                 print(f"  {json.dumps(f['case'])[:200]}")
             for msg in f["failures"]:
                 print(f"  - {msg}")
-            print(f"  {f['example'][:200]}...")
+            print(f"  replay: {report_mod.replay_command(report_dir / f['file'], f.get('replay_args'))}")
+            print(f"  {f['example']}")
     where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
     print(f"\n{len(data['lowerings'])} lowering(s), {sum(v['cases'] for v in data['lowerings'].values())} cases in "
           f"{time.perf_counter() - t0:.1f} s; {where}")
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def cmd_repro(args) -> int:
-    import lowerings
-    from oracle.case import Case
+def _recorded_plugins(path: Path, wrapper: dict) -> list[str]:
+    """The plugin files a failure file records (`"plugins": [{"path", "sha256"}]`) that still exist; a
+    missing one or one whose content changed since is said on stderr (the replay goes on with the file
+    as it is now)."""
     from oracle.errors import InvalidInput
-    from parity.runner import RunOptions, run_case
+    from parity.report import file_sha256
 
-    device, pol = _setup(args)
+    recs = wrapper.get("plugins") or []
+    if not isinstance(recs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str)
+                                             and isinstance(r.get("sha256"), str) for r in recs):
+        raise InvalidInput(f"{path}: plugins", 'an array of {"path": str, "sha256": str} objects')
+    out = []
+    for rec in recs:
+        p = rec["path"]
+        if not Path(p).is_file():
+            print(f"dflash-parity: warning: {path} was saved with the plugin {p}, which is no longer there; "
+                  f"pass --plugin FILE", file=sys.stderr)
+            continue
+        now = file_sha256(p)
+        if now != rec["sha256"]:
+            print(f"dflash-parity: warning: the plugin {p} changed since this failure was saved (sha256 "
+                  f"{rec['sha256'][:12]} then, {now[:12]} now); replaying with it as it is now", file=sys.stderr)
+        out.append(p)
+    return out
+
+
+def cmd_repro(args) -> int:
+    """Replay a case file: isolated in a worker as `check` runs it (default), or in this process with
+    `--no-isolate` (for a debugger). Exit 1 when it fails, 2 for bad input or a lowering that cannot run."""
+    import lowerings
+    from oracle.errors import InvalidInput
+    from parity.hooks import HookFailure
+    from parity.intake import check_case_fits, read_case_file
+    from parity.runner import RunOptions, _executor_run_case, lowering_available, run_case
+
     path = Path(args.case_file)
-    if not path.is_file():
-        raise InvalidInput(args.case_file, "case file not found")
-    text = path.read_text()
-    case = Case.from_json(text, source=str(path))
-    try:
-        named = json.loads(text).get("lowering")
-    except (ValueError, AttributeError):
-        named = None
+    case, wrapper = read_case_file(path)  # kind, JSON types, nesting and sizes: before anything is loaded
+    if args.no_isolate and args.case_timeout is not None:
+        raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
+    if not args.plugin:
+        args.plugin = _recorded_plugins(path, wrapper)
+    device, pol = _setup(args, probe=not args.no_isolate)
+    check_case_fits(case, device, str(path))
+    named = wrapper.get("lowering")
     names = args.lowering or ([named] if named else [])
     if not names:
         raise InvalidInput("--lowering", f"{path} names no lowering; pass --lowering NAME")
+    lws = [lowerings.get(name) for name in names]
+    opts = RunOptions(device=device)
+    yard = lowerings.get("sdpa")
+    executor = None
+    if not args.no_isolate:
+        from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
+        executor = IsolatedExecutor(plugins=args.plugin, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
+                                    case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT)
+    run = run_case if executor is None else _executor_run_case(executor)
     worst = EXIT_OK
-    for name in names:
-        lw = lowerings.get(name)
-        ok, why = lw.available(device)
-        if not ok:
-            print(f"{name}: cannot run on {device}: {why}")
-            worst = max(worst, EXIT_USAGE)
-            continue
-        out = run_case(lw, case, pol, RunOptions(device=device), yardstick=lowerings.get("sdpa"))
-        print(f"{name} on {case.short()}")
-        print(f"  {out.summary()}")
-        if out.main:
-            f = out.main.figures
-            print(f"  max abs {f.get('out_max_abs', 0):.4g} = {f.get('out_ulp', 0):.2f} ulp, rel L2 {f.get('out_rel_l2', 0):.3g}, "
-                  f"LSE err {f.get('lse_max_abs', float('nan')):.3g}, worst at {f.get('worst_out')}")
-        if out.status == "fail":
-            worst = max(worst, EXIT_FAIL)
+    try:
+        for lw in lws:
+            name = lw.name
+            try:
+                ok, why = lowering_available(lw, device, executor)
+                if not ok:
+                    print(f"{name}: cannot run on {device}: {why}")
+                    worst = max(worst, EXIT_USAGE)
+                    continue
+                out = run(lw, case, pol, opts, yard)
+            except HookFailure as hf:
+                print(f"{name} on {case.short()}")
+                print(f"  FAIL: {hf.message}")
+                worst = max(worst, EXIT_FAIL)
+                continue
+            print(f"{name} on {case.short()}")
+            print(f"  {out.summary()}")
+            if out.main:
+                f = out.main.figures
+                print(f"  max abs {f.get('out_max_abs', 0):.4g} = {f.get('out_ulp', 0):.2f} ulp, rel L2 {f.get('out_rel_l2', 0):.3g}, "
+                      f"LSE err {f.get('lse_max_abs', float('nan')):.3g}, worst at {f.get('worst_out')}")
+            if out.status == "fail":
+                worst = max(worst, EXIT_FAIL)
+    finally:
+        if executor is not None:
+            executor.close()
     return worst
 
 

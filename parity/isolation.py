@@ -14,6 +14,13 @@ Before each case is sent, it is written atomically to `<inflight_dir>/<lowering>
 disk even if everything dies (the machine, the parent, the OOM killer); the file is removed when the
 worker answers and kept when the worker died on it (`dflash-parity check` replays it first next time).
 
+The worker also answers a lowering's `available(device)` (`IsolatedExecutor.available`), and bounds the
+hooks it calls inside `run_case` (`supports`, `expected_calls`) by the hook timeout (`parity.hooks`): a
+hook that raises, exits or loops comes back as `HookFailure` (that lowering's failure, named), a crash
+or a hang of the whole worker while answering `available` too. `probe_plugins` imports the plugin files
+in a throwaway worker before `check` imports them itself: a plugin that crashes, hangs or exits at
+import is refused (`--plugin FILE: ...`, exit 2) before any case runs.
+
 Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
 (`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
 torch import. The fork server never touches CUDA; each worker initializes its own device.
@@ -33,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from oracle.case import Case
+from oracle.errors import InvalidInput
+from parity import hooks
+from parity.hooks import HookFailure
 from parity.runner import CaseOutcome, RunOptions
 
 DEFAULT_CASE_TIMEOUT = 120.0
@@ -95,13 +105,15 @@ class IsolatedExecutor:
     - `opts`: the `RunOptions` of every case; `yardstick`: the yardstick lowering's name (or None);
     - `case_timeout`: seconds a case may take, from sending it to the answer, before the worker is killed;
     - `inflight_dir`: where the case in flight is written (None: nowhere);
-    - `num_threads`: torch's intra-op threads in the worker (default: the parent's).
+    - `num_threads`: torch's intra-op threads in the worker (default: the parent's);
+    - `hook_timeout`: seconds a lowering's hook (`available`, `supports`, `expected_calls`) or a plugin's
+      import may take in the worker (default: `parity.hooks.timeout()`).
     """
 
     def __init__(self, *, plugins: list[str] = (), tolerances: str | None = None, opts: RunOptions = RunOptions(),
                  yardstick: str | None = "sdpa", case_timeout: float = DEFAULT_CASE_TIMEOUT,
                  inflight_dir: str | Path | None = None, num_threads: int | None = None,
-                 startup_timeout: float = STARTUP_TIMEOUT):
+                 startup_timeout: float = STARTUP_TIMEOUT, hook_timeout: float | None = None):
         import torch
 
         if not case_timeout > 0:
@@ -112,6 +124,7 @@ class IsolatedExecutor:
         self.yardstick = yardstick
         self.case_timeout = float(case_timeout)
         self.startup_timeout = float(startup_timeout)
+        self.hook_timeout = float(hook_timeout) if hook_timeout is not None else hooks.timeout()
         self.inflight_dir = Path(inflight_dir) if inflight_dir is not None else None
         self.num_threads = num_threads or torch.get_num_threads()
         cuda_device = None
@@ -130,23 +143,10 @@ class IsolatedExecutor:
     def _init_message(self) -> dict[str, Any]:
         return {"plugins": self.plugins, "tolerances": self.tolerances, "opts": self.opts.to_dict(),
                 "yardstick": self.yardstick, "num_threads": self.num_threads, "cuda_device": self.cuda_device,
-                "sys_path": [p for p in sys.path if p]}
+                "sys_path": [p for p in sys.path if p], "hook_timeout": self.hook_timeout}
 
     def _start(self) -> None:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child_conn, self._init_message()),
-                                 name="dflash-parity-worker", daemon=True)
-        # multiprocessing re-runs the parent's main script in a spawned/forkserver child unless told
-        # otherwise; the worker needs nothing from it (and a script without a __main__ guard would run
-        # again), so it starts under a bare __main__.
-        main = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            proc.start()
-        finally:
-            if main is not None:
-                sys.modules["__main__"] = main
-        child_conn.close()
+        proc, parent_conn = _start_process(self._ctx, _worker_main, self._init_message(), "dflash-parity-worker")
         self._proc, self._conn = proc, parent_conn
         self.workers_started += 1
         if not parent_conn.poll(self.startup_timeout):
@@ -156,7 +156,7 @@ class IsolatedExecutor:
             msg = parent_conn.recv()
         except (EOFError, OSError):
             code = self._reap()
-            raise WorkerError(f"the isolated worker died while starting: it {describe_exit(code)}") from None
+            raise WorkerError(f"the isolated worker died while starting: {describe_exit(code)}") from None
         if "error" in msg:
             self._kill()
             raise WorkerError(msg["error"])
@@ -243,13 +243,54 @@ class IsolatedExecutor:
             except FileNotFoundError:
                 pass
 
+    def _ensure_started(self, lowering_name: str) -> None:
+        """A live worker; one that cannot start fails the lowering at hand (HookFailure), not the run."""
+        if self._alive():
+            return
+        if self._proc is not None:  # died between cases (a thread the lowering left behind?)
+            self._reap()
+        try:
+            self._start()
+        except WorkerError as err:
+            raise HookFailure(lowering_name, "worker", f"the isolated worker could not start: {err}") from None
+
+    # ---- available(device) ------------------------------------------------------------------------------
+    def available(self, lowering_name: str, device: str) -> tuple[bool, str]:
+        """The lowering's `available(device)`, asked in the worker: a crash or a hang there (past the hook
+        timeout, plus a few seconds for the answer) raises HookFailure; the worker is replaced."""
+        self._ensure_started(lowering_name)
+        wait = self.hook_timeout + 5.0
+        try:
+            self._conn.send({"available": device, "lowering": lowering_name})
+            answered = self._conn.poll(wait)
+        except KeyboardInterrupt:
+            self._kill()
+            raise
+        except OSError:
+            answered = True
+        if not answered:
+            self._kill()
+            raise HookFailure(lowering_name, "available", f"available() did not answer within {wait:g} s "
+                                                          f"(worker killed; an endless loop?)")
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._reap()
+            raise HookFailure(lowering_name, "available", f"available() crashed the isolated worker: "
+                                                          f"{describe_exit(code)}") from None
+        self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
+        if "hook_failure" in msg:
+            raise HookFailure.from_json(msg["hook_failure"])
+        if "error" in msg:
+            raise HookFailure(lowering_name, "available", f"available() could not be asked in the isolated worker: "
+                                                          f"{msg['error']}")
+        ok, why = msg["available"]
+        return bool(ok), str(why)
+
     # ---- one case ---------------------------------------------------------------------------------------
     def run(self, lowering_name: str, case: Case) -> CaseOutcome:
         """Run `case` through the lowering named `lowering_name` in the worker; see the module docstring."""
-        if not self._alive():
-            if self._proc is not None:  # died between cases (a thread the lowering left behind?)
-                self._reap()
-            self._start()
+        self._ensure_started(lowering_name)
         path = self._write_inflight(lowering_name, case)
         t0 = time.perf_counter()
         try:
@@ -275,6 +316,8 @@ class IsolatedExecutor:
                                time.perf_counter() - t0)
         self._remove(path)
         self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
+        if "hook_failure" in msg:
+            raise HookFailure.from_json(msg["hook_failure"])
         if "error" in msg:
             raise WorkerError(f"{lowering_name} on {case.short()}: {msg['error']}\n{msg.get('traceback', '')}")
         return CaseOutcome.from_json(msg["outcome"])
@@ -282,6 +325,89 @@ class IsolatedExecutor:
     @staticmethod
     def _crash(lowering: str, case: Case, message: str, seconds: float) -> CaseOutcome:
         return CaseOutcome(lowering, case, "fail", failures=[message], seconds=seconds)
+
+
+def _start_process(ctx, target, init: dict[str, Any], name: str):
+    """Start `target(conn, init)` in a process of `ctx`; returns (process, this side's connection)."""
+    parent_conn, child_conn = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=target, args=(child_conn, init), name=name, daemon=True)
+    # multiprocessing re-runs the parent's main script in a spawned/forkserver child unless told
+    # otherwise; the worker needs nothing from it (and a script without a __main__ guard would run
+    # again), so it starts under a bare __main__.
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        proc.start()
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+    child_conn.close()
+    return proc, parent_conn
+
+
+def probe_plugins(plugins: list[str], *, seconds: float | None = None,
+                  startup_timeout: float = STARTUP_TIMEOUT) -> None:
+    """Import each plugin file in a throwaway worker process, one after another, before this process
+    imports them: a plugin that crashes the process, raises, exits (`sys.exit(0)` at its top) or does not
+    finish importing within `seconds` (default: the hook timeout) raises `InvalidInput("--plugin FILE",
+    ...)`. Costs a fork of the fork server (which the isolated run starts anyway) and the imports."""
+    if not plugins:
+        return
+    limit = hooks.timeout() if seconds is None else float(seconds)
+    init = {"plugins": [str(Path(p).resolve()) for p in plugins], "seconds": limit,
+            "sys_path": [p for p in sys.path if p]}
+    proc, conn = _start_process(_context(), _probe_main, init, "dflash-parity-plugin-probe")
+
+    def stop() -> int | None:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        code = proc.exitcode
+        conn.close()
+        return code
+
+    try:
+        try:
+            started = conn.poll(startup_timeout) and conn.recv()
+        except (EOFError, OSError):
+            raise WorkerError(f"the plugin probe process died while starting: {describe_exit(stop())}") from None
+        if not started:
+            stop()
+            raise WorkerError(f"the plugin probe process did not start within {startup_timeout:.0f} s")
+        for path in plugins:
+            where = f"--plugin {path}"
+            try:
+                answered = conn.poll(limit + 5.0)
+                msg = conn.recv() if answered else None
+            except (EOFError, OSError):
+                raise InvalidInput(where, f"crashed the process importing it: {describe_exit(stop())}") from None
+            if msg is None:
+                stop()
+                raise InvalidInput(where, f"did not finish importing within {limit:g} s (an endless loop at "
+                                          f"import? --hook-timeout sets the bound)")
+            if "ok" not in msg:
+                raise InvalidInput(where, msg.get("error") or f"the import probe answered {msg!r:.100}")
+    finally:
+        stop()
+
+
+def _probe_main(conn, init: dict[str, Any]) -> None:
+    """The probe: `{"ok": path}` or `{"error": rule}` per plugin, in order (see `probe_plugins`)."""
+    _die_with_parent()
+    for p in reversed(init.get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    conn.send({"ready": True})
+    for path in init["plugins"]:
+        try:
+            hooks.load_plugin(path, init["seconds"])
+            conn.send({"ok": path})
+        except InvalidInput as err:
+            conn.send({"error": err.rule})
+            return
+        except BaseException as err:  # noqa: BLE001  (reported to the parent)
+            conn.send({"error": f"raised {type(err).__name__} on import: {err}"})
+            return
 
 
 # ---- the worker -------------------------------------------------------------------------------------------
@@ -311,11 +437,12 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         torch.set_num_threads(int(init["num_threads"]))
         import lowerings
         from parity import policy as policy_mod
-        from parity.runner import run_case
+        from parity.runner import availability, run_case
 
         lowerings.names()
+        hooks.set_timeout(init["hook_timeout"])  # this process's bound for every hook it calls
         for path in init["plugins"]:
-            lowerings.load_plugin(path)
+            hooks.load_plugin(path)
         pol = policy_mod.load(init["tolerances"])
         opts = RunOptions.from_dict(init["opts"])
         if opts.device == "cuda" and init.get("cuda_device") is not None:
@@ -334,9 +461,15 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
             return
         try:
             lw = lowerings.get(msg["lowering"])
-            case = Case.from_json_dict(msg["case"], source="parent")
-            out = run_case(lw, case, pol, opts, yard)
-            answer = {"outcome": out.to_json()}
+            if "available" in msg:
+                ok, why = availability(lw.name, hooks.call(lw, "available", msg["available"]))
+                answer = {"available": [ok, why]}
+            else:
+                case = Case.from_json_dict(msg["case"], source="parent")
+                out = run_case(lw, case, pol, opts, yard)
+                answer = {"outcome": out.to_json()}
+        except HookFailure as hf:  # the lowering's hook raised, exited or hung: its failure, said by the parent
+            answer = {"hook_failure": hf.to_json()}
         except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)
             answer = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         answer["cpu_s"] = time.process_time()

@@ -15,6 +15,11 @@ stderr. When all are done, `merge_parts` puts the entries back in the order aske
 part (killed, out of memory, a crash outside any case) becomes a failed entry that says how it exited and
 where its log is: nothing is silently missing from the report.
 
+Children never outlive this process: however it ends (an exception, SIGINT, SIGTERM or SIGHUP with or
+without a handler, even SIGKILL), each child gets SIGKILL from the kernel (Linux `PR_SET_PDEATHSIG`, set
+in the child before it runs Python), and on every exit path through `run_jobs` its whole process group (the
+child, its fork server, its isolated workers) is killed in a `finally`.
+
 With `shards={name: S}` a lowering is checked by S children, each running every S-th of the cases a
 serial run draws (`parity.shards`); their parts merge into the lowering's one entry.
 
@@ -59,7 +64,8 @@ def child_argv(args: Any, name: str, device: str, shard: Shard | None = None) ->
     for text in getattr(args, "limit", []):
         argv += ["--limit", text]
     for flag, value in (("--tolerances", args.tolerances), ("--max-examples", args.max_examples),
-                        ("--seed", args.seed), ("--database", args.database), ("--case-timeout", args.case_timeout)):
+                        ("--seed", args.seed), ("--database", args.database), ("--case-timeout", args.case_timeout),
+                        ("--hook-timeout", getattr(args, "hook_timeout", None))):
         if value is not None:
             argv += [flag, str(value)]
     for flag, on in (("--no-hardening", args.no_hardening), ("--no-isolate", args.no_isolate),
@@ -78,6 +84,42 @@ def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, share)
     return env
+
+
+def _libc():
+    """libc, loaded once here: the child's pre-exec hook must not load a library after the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _dies_with_parent(libc, parent: int):
+    """A `preexec_fn`: SIGKILL this child when the process that started it ends (`PR_SET_PDEATHSIG`); if
+    that process already ended before the call, exit now."""
+    def hook() -> None:
+        if libc is not None:
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+    return hook
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (it leads its own session: the child, its fork server, its
+    workers); the child itself at least."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
 
 
 def _lost_entry(name: str, device: str, why: str) -> dict[str, Any]:
@@ -158,6 +200,7 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
         if shard is not None:
             shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(name), shard), ignore_errors=True)
     env = child_env(jobs)
+    libc = _libc()
     pending = list(tasks)
     running: dict[str, tuple[subprocess.Popen, Any, float]] = {}
     exits: dict[str, int | None] = {}
@@ -184,10 +227,12 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
             while pending and len(running) < jobs:
                 name, shard = pending.pop(0)
                 label = shards_mod.shard_label(name, shard)
-                log = open(part_path(report_dir, name, shard).with_suffix(".log"), "w")
+                log_path = part_path(report_dir, name, shard).with_suffix(".log")
+                log_path.unlink(missing_ok=True)  # a planted link is removed, never written through
+                log = open(log_path, "w")
                 # own process group: a terminal's Ctrl-C reaches this process only, which passes it on
                 proc = subprocess.Popen(child_argv(args, name, device, shard), stdout=log, stderr=None, env=env,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_dies_with_parent(libc, os.getpid()))
                 running[label] = (proc, log, time.perf_counter())
                 say(f"[jobs] {label}: started ({len(running)} running, {len(pending)} waiting)")
             reap_finished()
@@ -209,7 +254,7 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
     finally:
         for name in list(running):  # past the grace, a second interrupt, an error: stop them, keep their parts
             proc = running[name][0]
-            proc.kill()
+            _stop_group(proc)
             reap(name, proc.wait())
     import datetime as _dt
 

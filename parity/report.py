@@ -1,6 +1,14 @@
 """Reports of a `check` run: `parity.json` (versioned schema), `junit.xml`, `summary.md`, one
 `failures/<lowering>-<n>.json` per shrunk failure, and the terminal table. Every file is written
-atomically (a temporary file renamed into place), so a crash never leaves half a report.
+atomically (a temporary file renamed into place), so a crash never leaves half a report; `parity.json`,
+the verdict, is written last, so a run that fails to write the others (a full disk) leaves none.
+A serial run of several lowerings writes each finished lowering's failure files and `parity.partial.json`
+(the report so far, marked partial: never a verdict) before the next lowering starts (`write_progress`).
+
+A failure file (`failures/<lowering>-<n>.json`) stands on its own: `{"lowering", "device", "shrunk",
+"failures", "case", "figures" (the failing case's main comparison, {} for a crash), "plugins": [{"path",
+"sha256"}] (the plugin file that registered the lowering; `repro` loads it again), "replay": the exact
+command}`.
 
 `parity.json` schema (version 1):
 
@@ -15,7 +23,8 @@ atomically (a temporary file renamed into place), so a crash never leaves half a
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
-        "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
+        "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str,
+                      "figures": {...} (the failing case's; optional), "replay_args": [str] (optional)}]}}}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
 """
@@ -23,8 +32,10 @@ CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -82,7 +93,38 @@ def failure_filename(lowering: str, n: int) -> str:
     return f"{lowering_stem(lowering)}-{n}.json"
 
 
-def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str) -> dict[str, Any]:
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def plugin_records(paths) -> list[dict[str, str]]:
+    """`[{"path": absolute path, "sha256": content hash}]` of plugin files (what `repro` loads back)."""
+    return [{"path": str(Path(p).resolve()), "sha256": file_sha256(p)} for p in paths]
+
+
+def replay_args(device: str, tolerances: str | None) -> list[str]:
+    """The options `repro` needs to judge a failure as `check` did (the plugin is in the file itself)."""
+    return ["--device", device] + (["--tolerances", str(Path(tolerances).resolve())] if tolerances else [])
+
+
+def replay_command(failure_path: str | Path, args: list[str] | None = None) -> str:
+    """`dflash-parity repro FILE --device cpu ...`, quoted for a shell."""
+    return shlex.join(["dflash-parity", "repro", str(failure_path)] + list(args or []))
+
+
+def _failure_figures(outcome) -> dict[str, Any]:
+    """The failing case's own figures (main comparison, with its margin); {} when it crashed or raised."""
+    if outcome.main is None:
+        return {}
+    return _jsonable({**outcome.main.figures, "margin": outcome.margin})
+
+
+def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str,
+            replay: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -93,7 +135,8 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
         for n, f in enumerate(r.failures, 1):
             cj = f.outcome.case.to_json_dict()
             fails.append({"file": f"failures/{failure_filename(r.lowering, n)}", "shrunk": f.shrunk, "case": cj,
-                          "failures": f.outcome.failures, "example": example_line(cj)})
+                          "failures": f.outcome.failures, "example": example_line(cj),
+                          "figures": _failure_figures(f.outcome), "replay_args": list(replay or [])})
         out["lowerings"][r.lowering] = _jsonable({
             "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
             "unsupported": r.unsupported, "calls_checked": r.calls_checked, "seconds": round(r.seconds, 3),
@@ -111,18 +154,48 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
     return out
 
 
-def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
-                  tolerances: str, part: Path | None = None, amend_part=None) -> dict[str, Any]:
-    """Failure files, then `parity.json`, `junit.xml` and `summary.md`; with `part` (a `--jobs` child),
-    the failure files and the report data at `part` only (parity.jobs merges the parts), each entry
-    passed through `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`)."""
+def write_failure_files(report_dir: str | Path, reports: list[LoweringReport], *, device: str,
+                        replay: list[str] | None = None, plugins: dict[str, list[dict[str, str]]] | None = None) -> None:
+    """Each report's `failures/<stem>-<n>.json` (see the module docstring), after removing the lowering's
+    failure files of an earlier run (they were replayed first; this run writes its own)."""
     d = Path(report_dir)
-    data = to_json(reports, device=device, profile=profile, tolerances=tolerances)
     for r in reports:
+        for old in (d / "failures").glob(f"{lowering_stem(r.lowering)}-*.json"):
+            old.unlink()
         for n, f in enumerate(r.failures, 1):
+            path = d / "failures" / failure_filename(r.lowering, n)
             payload = {"lowering": r.lowering, "device": device, "shrunk": f.shrunk,
-                       "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict()}
-            atomic_write(d / "failures" / failure_filename(r.lowering, n), dumps(payload) + "\n")
+                       "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict(),
+                       "figures": _failure_figures(f.outcome), "plugins": (plugins or {}).get(r.lowering, []),
+                       "replay": replay_command(path, replay)}
+            atomic_write(path, dumps(payload) + "\n")
+
+
+PARTIAL_NAME = "parity.partial.json"
+
+
+def write_progress(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
+                   tolerances: str, replay: list[str] | None = None,
+                   plugins: dict[str, list[dict[str, str]]] | None = None) -> None:
+    """The lowerings finished so far: their failure files and `parity.partial.json` (marked partial, never
+    a verdict), so that a crash of this process in the next lowering loses none of them."""
+    d = Path(report_dir)
+    write_failure_files(d, reports, device=device, replay=replay, plugins=plugins)
+    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay)
+    data["partial"] = "the run was still going (or died) after these lowerings: not a verdict"
+    atomic_write(d / PARTIAL_NAME, dumps(data) + "\n")
+
+
+def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
+                  tolerances: str, part: Path | None = None, amend_part=None, replay: list[str] | None = None,
+                  plugins: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+    """Failure files (the lowerings' old ones removed), then `junit.xml`, `summary.md` and `parity.json`;
+    with `part` (a `--jobs` child), the failure files and the report data at `part` only (parity.jobs
+    merges the parts), each entry passed through `amend_part(entry) -> entry` first when given (a
+    shard's, `parity.shards`). `replay`: `replay_args(...)`; `plugins`: lowering -> `plugin_records`."""
+    d = Path(report_dir)
+    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay)
+    write_failure_files(d, reports, device=device, replay=replay, plugins=plugins)
     if part is not None:
         if amend_part is not None:
             data["lowerings"] = {k: amend_part(v) for k, v in data["lowerings"].items()}
@@ -133,11 +206,13 @@ def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, devi
 
 
 def write_merged(report_dir: str | Path, data: dict[str, Any]) -> None:
-    """`parity.json`, `junit.xml` and `summary.md` from report data (one run's, or merged parts)."""
+    """`junit.xml`, `summary.md`, then `parity.json` (the verdict, last) from report data (one run's, or
+    merged parts); the run's `parity.partial.json`, if any, goes."""
     d = Path(report_dir)
-    atomic_write(d / "parity.json", dumps(data) + "\n")
     atomic_write(d / "junit.xml", junit_xml(data))
-    atomic_write(d / "summary.md", summary_md(data))
+    atomic_write(d / "summary.md", summary_md(data, report_dir=d))
+    atomic_write(d / "parity.json", dumps(data) + "\n")
+    (d / PARTIAL_NAME).unlink(missing_ok=True)
 
 
 def junit_xml(data: dict[str, Any]) -> str:
@@ -174,12 +249,20 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
         if v["status"] == "unavailable":
             rows.append([name, "unavailable", "-", "-", "-", "-", "-", "-", "-", "-"])
             continue
+        ulp, rel, margin = v["worst_ulp"], v["worst_rel_l2"], v["worst_margin"]
+        if v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
+            figs = (v["failures"][0].get("figures") or {}) if v["failures"] else {}
+            ulp, rel, margin = figs.get("out_ulp", "-"), figs.get("out_rel_l2", "-"), figs.get("margin", "-")
         rows.append([name, v["status"].upper() if v["status"] == "fail" else v["status"], str(v["cases"]),
-                     str(len(v["failures"])), str(v["unsupported"]), f"{v['worst_ulp']:.2f}",
-                     f"{v['worst_rel_l2']:.2e}", f"{v['worst_margin']:.2f}" if isinstance(v['worst_margin'], float) else str(v['worst_margin']),
+                     str(len(v["failures"])), str(v["unsupported"]), _fmt(ulp, ".2f"), _fmt(rel, ".2e"),
+                     _fmt(margin, ".2f"),
                      f"{v['calls_checked']} ok" if v["status"] == "pass" else str(v["calls_checked"]),
                      f"{v['max_compiles_in_a_family']}/{v['max_compiles']} per family" if v["max_compiles"] else "-"])
     return rows
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
 def format_table(rows: list[list[str]]) -> str:
@@ -210,7 +293,9 @@ def phase_line(v: dict[str, Any]) -> str:
     return rate + ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in sorted(ph.items(), key=lambda kv: -kv[1]))
 
 
-def summary_md(data: dict[str, Any]) -> str:
+def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> str:
+    """The Markdown summary; each failure with its exact replay command (its file under `report_dir` when
+    given) and its whole `@example(...)` line."""
     lows = data["lowerings"]
     failed = [n for n, v in lows.items() if v["status"] == "fail"]
     head = "FAIL" if failed else "PASS"
@@ -247,6 +332,7 @@ def summary_md(data: dict[str, Any]) -> str:
             lines.append(f"- shrunk case `{fl['file']}`: {_short_case(fl['case'])}")
             for msg in fl["failures"]:
                 lines.append(f"  - {msg}")
-            lines.append(f"  - replay: `dflash-parity repro {fl['file']}`")
-            lines.append(f"  - `{fl['example'][:300]}{'...' if len(fl['example']) > 300 else ''}`")
+            path = Path(report_dir) / fl["file"] if report_dir is not None else fl["file"]
+            lines.append(f"  - replay: `{replay_command(path, fl.get('replay_args'))}`")
+            lines.append(f"  - `{fl['example']}`")
     return "\n".join(lines) + "\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -22,6 +21,8 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
+from parity import hooks
+from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
 from parity.policy import Policy
@@ -267,7 +268,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
              yardstick: Lowering | None = None) -> CaseOutcome:
     """Run `case` through `lowering` and judge it (see module docstring)."""
     t0 = time.perf_counter()
-    why = lowering.supports(case)
+    why = hooks.call(lowering, "supports", case, case=case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
     outcome = CaseOutcome(lowering.name, case, "pass")
@@ -298,7 +299,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         for c in comparisons:
             outcome.failures.extend(c.failures)
         if opts.check_calls:
-            outcome.expected_calls = dict(lowering.expected_calls(case))
+            outcome.expected_calls = dict(hooks.call(lowering, "expected_calls", case, case=case))
             msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
             if msg:
                 outcome.failures.append(msg)
@@ -415,9 +416,8 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
         except InvalidInput as err:
             raise LoweringError(f"{lowering.name} rejected a case its supports() accepts: {err}") from None
         except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
-            tb = traceback.extract_tb(err.__traceback__)[-1]
-            raise LoweringError(f"{lowering.name} raised {type(err).__name__}: {err} "
-                                f"({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})") from None
+            # where in the lowering's own file (a plugin's), and the innermost frame (torch's, ...)
+            raise LoweringError(f"{lowering.name} raised {hooks.describe_exception(err, lowering)}") from None
     outcome.calls = dict(kc.calls)
     outcome.compiles = dict(kc.compiles)
     if not isinstance(result, LoweringResult):
@@ -456,7 +456,7 @@ def compile_family(lowering: Lowering, case: Case) -> tuple:
     every field but the batch size, the lengths, the pages and the seed (which must never recompile)."""
     fam = getattr(lowering, "compile_family", None)
     if callable(fam):
-        return tuple(fam(case))
+        return tuple(hooks.call(lowering, "compile_family", case, case=case))
     return (case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.page_size, case.layout,
             case.window, case.softmax_scale, case.dtype, case.kv_dtype, case.block_storage, case.page_table_dtype)
 
@@ -592,9 +592,10 @@ def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, in
 
 
 def _executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
-    """`run_case`'s signature over `executor.run` (supports() is asked here: no round trip for it)."""
+    """`run_case`'s signature over `executor.run` (supports() is asked here, under the hook watchdog of
+    `parity.hooks`: no round trip for it)."""
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
-        why = lowering.supports(case)
+        why = hooks.call(lowering, "supports", case, case=case)
         if why:
             return CaseOutcome(lowering.name, case, "unsupported", reason=why)
         return executor.run(lowering.name, case)
@@ -602,9 +603,38 @@ def _executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
 
 
 class CaseExecutor(Protocol):
-    """Where `check_lowering` runs a case: in process (the default) or in a worker (parity.isolation)."""
+    """Where `check_lowering` runs a case: in process (the default) or in a worker (parity.isolation).
+    An executor may also answer `available(lowering_name, device) -> (ok, why)` (asked there, isolated)."""
 
     def run(self, lowering_name: str, case: Case) -> CaseOutcome: ...
+
+
+def lowering_available(lowering: Lowering, device: str, executor: CaseExecutor | None = None) -> tuple[bool, str]:
+    """`lowering.available(device)`: in the executor's worker when it offers it, else here under the hook
+    watchdog; a hook failure raises `HookFailure`, a malformed answer too."""
+    asked = getattr(executor, "available", None)
+    if callable(asked):
+        return asked(lowering.name, device)
+    return availability(lowering.name, hooks.call(lowering, "available", device))
+
+
+def availability(lowering_name: str, answer: Any) -> tuple[bool, str]:
+    """`available()`'s answer as `(ok, why)`; anything but a pair (bool, str) raises HookFailure."""
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[1], str)):
+        raise HookFailure(lowering_name, "available", f"available() returned {answer!r:.200}, expected (bool, str)")
+    return bool(answer[0]), answer[1]
+
+
+def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) -> "LoweringReport":
+    """`report` failed by a hook's failure: the note names the hook; the case it was asked about (if any)
+    becomes a failure (not shrunk) with its replayable file."""
+    report.status = "fail"
+    report.extra.append(f"{hf.message}; the check of this lowering stopped there (after {report.cases} case(s))")
+    if hf.case is not None:
+        report.failures.append(Failure(CaseOutcome(report.lowering, hf.case, "fail", failures=[hf.message]),
+                                       shrunk=False))
+    report.seconds = time.perf_counter() - t0
+    return report
 
 
 def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
@@ -619,10 +649,9 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     that survives the lowering crashing or hanging; None runs `run_case` in this process. Either way a
     failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
     `shard=(i, n)` runs every n-th drawn case from the i-th (`_sharded_run_case`; 0 <= i < n).
+    A hook of the lowering (`available`, `supports`, ...) that raises, exits or hangs fails the lowering at
+    once, naming the hook, the time and the case (`parity.hooks`; not shrunk); the caller goes on.
     """
-    from hypothesis import given, target as hyp_target
-    from hypothesis.errors import Flaky
-
     # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
     # given profile draws the same cases in process and isolated.
@@ -630,7 +659,22 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
 
     t0 = time.perf_counter()
     report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
-    ok, why = lowering.available(opts.device)
+    try:
+        return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
+                               yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
+                               executor=executor, shard=shard, run_case=run_case)
+    except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
+        return hook_failure_report(report, hf, t0)
+
+
+def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, t0: float, *, strategy, settings,
+                    opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
+                    seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
+                    run_case: Callable[..., CaseOutcome]) -> LoweringReport:
+    from hypothesis import given, target as hyp_target
+    from hypothesis.errors import Flaky
+
+    ok, why = lowering_available(lowering, opts.device, executor)
     if not ok:
         report.status, report.reason = "unavailable", why
         return report

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from oracle.case import Case, pages_needed, window_for
+from parity import hooks
 
 # (layer kind, window width) tried in order for window off, then for window on.
 WINDOW_OFF_KINDS = (("noncausal", None), ("causal", None))
@@ -167,7 +168,7 @@ def _candidates(lowering: Any, variant: Variant) -> list[Case]:
                 case = tiny_case(variant, kind, width, batch)
             except Exception:  # a dtype this torch lacks, ...: nothing to warm for it
                 continue
-            if lowering.supports(case) is None:
+            if hooks.call(lowering, "supports", case, case=case) is None:  # bounded (parity.hooks)
                 out.append(case)
                 break
     return out

@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from oracle.case import Case, pages_needed, window_for
+from parity import hooks
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 GROUPS = (1, 2, 4, 3, 5, 6, 8)
@@ -169,15 +170,21 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
+def _supported(lowering: Any, case: Case) -> bool:
+    """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.hooks.call`): a supports()
+    that raises, exits or loops raises HookFailure, which ends the lowering's check (not the run)."""
+    return hooks.call(lowering, "supports", case, case=case) is None
+
+
 def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
     case = build_case(p)
-    if lowering is None or lowering.supports(case) is None:
+    if lowering is None or _supported(lowering, case):
         return case
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
             q = dict(p, **{key: alt})
             cand = build_case(q)
-            if lowering.supports(cand) is None:
+            if _supported(lowering, cand):
                 return cand
     # Two fields at once (e.g. window and page size) as a last resort.
     for key1, alts1 in _REPAIRS:
@@ -187,7 +194,7 @@ def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
             for a1 in alts1:
                 for a2 in alts2:
                     cand = build_case(dict(p, **{key1: a1, key2: a2}))
-                    if lowering.supports(cand) is None:
+                    if _supported(lowering, cand):
                         return cand
     return None
 

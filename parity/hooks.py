@@ -1,0 +1,226 @@
+"""A lowering's own hooks (`available`, `supports`, `expected_calls`, ...) and its plugin's import, called
+bounded and contained: a hook that raises, exits or loops is a failure of that lowering, never of the run.
+
+Where each hook runs, and what bounds it (`check`, isolated: the default):
+
+- the plugin import: first in a throwaway worker process (`parity.isolation.probe_plugins`: a crash, a
+  hang or an exit at import is `--plugin FILE: ...`, exit 2, before anything else runs), then in this
+  process (`load_plugin`: bounded by the hook timeout, `SystemExit` refused the same way);
+- `available(device)`: in the case worker (`IsolatedExecutor.available`), where a crash or a hang kills
+  only the worker;
+- `supports(case)`: in this process, under a watchdog (`call`), because hypothesis asks it while it draws
+  (`strategies._cases._repair` tries repair candidates, many calls per case) and once more before each
+  case is sent: a worker round trip per call would cost more than the cases. The watchdog is a
+  `SIGALRM` timer (`signal.setitimer`) armed for the call (measured: 18 us per guarded call on the
+  2-core CI machine, against milliseconds per case); its handler raises in the hook, so an endless
+  Python loop or a sleep is stopped and the hook fails after `timeout()` seconds. `case_limits` and
+  `compile_family` are asked here the same way;
+- `expected_calls(case)`: inside `run_case`, in the case worker, under the same watchdog (and the case
+  timeout, and the worker's crash isolation behind it).
+
+A hook that raises (any exception, `SystemExit` included), or does not answer in time, raises
+`HookFailure`: a `BaseException`, so that hypothesis does not catch it to shrink (a hook's failure is a
+broken adapter, not a numerical finding, and shrinking a hang costs a timeout per attempt) and a
+plugin's own `except Exception` cannot swallow it. `check_lowering` catches it: that lowering fails, the
+hook, the case and the time are named, and the run goes on with the next lowering. A crash of the whole
+process in a hook that runs here (`supports` in C code that segfaults: not seen, but possible) cannot be
+contained in process; `dflash-parity check` writes each finished lowering's results to disk before the
+next one starts (`parity.report.write_progress`), and under `--jobs` each lowering has its process.
+
+Limits: the watchdog needs the main thread (elsewhere the hooks run unbounded, exceptions still
+contained) and Python code or an interruptible call to stop (a loop in C code holding the GIL is not
+interrupted; in the worker, the case timeout still ends it).
+
+Public: `HookFailure`, `call(lowering, hook, *args, case=None)`, `timeout()`, `set_timeout(seconds)`,
+`timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`, `describe_exception(err, owner)`,
+`deadline(seconds)`, `HookTimeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Iterator
+
+from oracle.errors import InvalidInput
+
+DEFAULT_TIMEOUT = 60.0  # seconds; available() may import a JIT library (flashinfer: seconds, cold)
+TIMEOUT_ENV = "DFLASH_PARITY_HOOK_TIMEOUT"
+
+_timeout: float | None = None  # set by timeout_set (the CLI's --hook-timeout); None: the environment/default
+
+
+class HookTimeout(BaseException):
+    """Raised inside a hook by the watchdog's SIGALRM handler (a BaseException: `except Exception` in the
+    plugin does not stop it)."""
+
+
+class HookFailure(BaseException):
+    """A lowering's hook raised, exited or did not answer in time: that lowering's failure.
+
+    `lowering`: its name; `hook`: `supports`, `available`, ...; `message`: one line starting with the hook,
+    e.g. `supports() did not answer within 2 s (stopped; an endless loop?)`; `case`: the case it was
+    asked about (None for `available`)."""
+
+    def __init__(self, lowering: str, hook: str, message: str, case: Any = None):
+        super().__init__(message)
+        self.lowering, self.hook, self.message, self.case = lowering, hook, message, case
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lowering": self.lowering, "hook": self.hook, "message": self.message,
+                "case": self.case.to_json_dict() if self.case is not None else None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "HookFailure":
+        from oracle.case import Case
+
+        case = Case.from_json_dict(data["case"], source="worker answer") if data.get("case") else None
+        return cls(data["lowering"], data["hook"], data["message"], case)
+
+
+def _parse_timeout(text: str, where: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and v != float("inf")):
+        raise InvalidInput(where, f"a positive number of seconds, got {text!r}")
+    return v
+
+
+def timeout() -> float:
+    """Seconds a hook may take: `timeout_set`'s, else `$DFLASH_PARITY_HOOK_TIMEOUT`, else 60."""
+    if _timeout is not None:
+        return _timeout
+    env = os.environ.get(TIMEOUT_ENV)
+    return _parse_timeout(env, TIMEOUT_ENV) if env else DEFAULT_TIMEOUT
+
+
+def set_timeout(seconds: float | None) -> None:
+    """Hooks called from now on get `seconds` (None: back to the environment/default)."""
+    global _timeout
+    _timeout = None if seconds is None else float(seconds)
+
+
+@contextlib.contextmanager
+def timeout_set(seconds: float | None) -> Iterator[None]:
+    """Hooks called in the block get `seconds` (None: leave the current setting)."""
+    global _timeout
+    saved = _timeout
+    if seconds is not None:
+        _timeout = float(seconds)
+    try:
+        yield
+    finally:
+        _timeout = saved
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise `HookTimeout` in the block after `seconds` (a SIGALRM timer; only in the main thread, else no
+    bound). An outer timer that would fire first is left alone; a later one is re-armed afterwards."""
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
+            or not seconds > 0):
+        yield
+        return
+    armed = [True]
+
+    def on_alarm(signum, frame) -> None:
+        if armed[0]:
+            raise HookTimeout(seconds)
+
+    prev_delay, prev_interval = signal.getitimer(signal.ITIMER_REAL)
+    if prev_delay and prev_delay <= seconds:  # an outer deadline comes first: it bounds this block
+        yield
+        return
+    prev_handler = signal.signal(signal.SIGALRM, on_alarm)
+    t0 = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, prev_handler)
+        if prev_delay:
+            signal.setitimer(signal.ITIMER_REAL, max(prev_delay - (time.monotonic() - t0), 1e-3), prev_interval)
+
+
+def _files_of(owner: Any) -> set[str]:
+    """The source files of `owner`'s class and its bases (a lowering's own code: its plugin file, ...)."""
+    files = set()
+    for cls in type(owner).__mro__:
+        mod = sys.modules.get(getattr(cls, "__module__", ""), None)
+        f = getattr(mod, "__file__", None)
+        if f and cls is not object:
+            files.add(os.path.realpath(f))
+    return files
+
+
+def _frame_text(fr: traceback.FrameSummary, parts: int) -> str:
+    path = fr.filename.replace(os.sep, "/").split("/")
+    return f"{'/'.join(path[-parts:])}:{fr.lineno} in {fr.name}"
+
+
+def exception_origin(err: BaseException, owner: Any) -> str:
+    """`my_plugin.py:42 in run -> torch/functional.py:123 in einsum`: the innermost frame in `owner`'s own
+    source files (its class's and its bases'), then the innermost frame overall when that is elsewhere
+    ('' when there is no traceback)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return ""
+    own_files = _files_of(owner)
+    own = next((fr for fr in reversed(frames) if os.path.realpath(fr.filename) in own_files), None)
+    inner = frames[-1]
+    if own is None:
+        return _frame_text(inner, 2)
+    if own is inner:
+        return _frame_text(own, 1)
+    return f"{_frame_text(own, 1)} -> {_frame_text(inner, 2)}"
+
+
+def describe_exception(err: BaseException, owner: Any) -> str:
+    """`ValueError: boom (my_plugin.py:42 in run -> torch/functional.py:123 in einsum)`; a SystemExit as
+    `SystemExit 0`."""
+    what = f"SystemExit {err.code!r}" if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
+    where = exception_origin(err, owner)
+    return f"{what} ({where})" if where else what
+
+
+def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None) -> Any:
+    """`lowering.<hook>(*args)`, bounded by `seconds` (default `timeout()`); an exception, an exit or the
+    deadline raise `HookFailure` naming the lowering, the hook and the case."""
+    fn = getattr(lowering, hook)
+    limit = timeout() if seconds is None else seconds
+    name = getattr(lowering, "name", repr(lowering))
+    try:
+        with deadline(limit):
+            return fn(*args)
+    except (KeyboardInterrupt, HookFailure):
+        raise
+    except HookTimeout:
+        raise HookFailure(name, hook, f"{hook}() did not answer within {limit:g} s (stopped; an endless "
+                                      f"loop? --hook-timeout sets the bound)", case) from None
+    except BaseException as err:  # noqa: BLE001  (the lowering's own code: any exception, an exit)
+        raise HookFailure(name, hook, f"{hook}() raised {describe_exception(err, lowering)}", case) from None
+
+
+def load_plugin(path: str, seconds: float | None = None) -> list[str]:
+    """`lowerings.load_plugin(path)` bounded by the hook timeout; an exit at import (`sys.exit(0)` at the
+    top of the file) or the deadline is `InvalidInput("--plugin FILE", ...)`, like any import error."""
+    from lowerings import registry
+
+    limit = timeout() if seconds is None else seconds
+    try:
+        with deadline(limit):
+            return registry.load_plugin(path)
+    except HookTimeout:
+        raise InvalidInput(f"--plugin {path}", f"did not finish importing within {limit:g} s (an endless loop "
+                                               f"at import? --hook-timeout sets the bound)") from None
+    except SystemExit as err:
+        raise InvalidInput(f"--plugin {path}", f"exited at import (SystemExit {err.code!r})") from None

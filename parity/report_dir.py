@@ -1,0 +1,113 @@
+"""The report directory of `check`: writable before the first case, held by one run at a time, and never a
+way to write or delete outside itself.
+
+- `prepare(dir)`: creates it, proves it writable (a file created and removed), and refuses a `failures/`,
+  `inflight/` or `parts/` (or a shard's directory in `parts/`) that is a symbolic link or not a
+  directory: `check` deletes stale failure files there, and a link would make it delete (and write)
+  files elsewhere. One `InvalidInput("--report DIR", ...)`, exit 2, before any case runs.
+- `locked(dir)`: an exclusive `flock` on `DIR/.lock` for the run (released when the process ends, however
+  it ends); a second `check` into the same directory is refused with the holder's pid, start time and
+  command line. `--jobs` children run under their parent's lock and take none.
+
+Public: `prepare`, `locked`, `LOCK_NAME`, `SUBDIRS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from oracle.errors import InvalidInput
+
+LOCK_NAME = ".lock"
+SUBDIRS = ("failures", "inflight", "parts")
+
+
+def _refuse(report_dir: Path, rule: str) -> InvalidInput:
+    return InvalidInput(f"--report {report_dir}", rule)
+
+
+def _check_entry(report_dir: Path, path: Path) -> None:
+    rel = path.relative_to(report_dir)
+    if path.is_symlink():
+        raise _refuse(report_dir, f"{rel} is a symbolic link (to {os.readlink(path)}); check writes and deletes "
+                                  f"files in it, so it must be a directory inside the report directory: remove "
+                                  f"the link")
+    if path.exists() and not path.is_dir():
+        raise _refuse(report_dir, f"{rel} exists and is not a directory")
+
+
+def prepare(report_dir: str | Path) -> Path:
+    """Create the report directory, check it is writable and that the directories `check` writes and
+    deletes in are real directories inside it (see the module docstring); returns it as a Path."""
+    d = Path(report_dir)
+    if d.exists() and not d.is_dir():
+        raise _refuse(d, "exists and is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _refuse(d, f"cannot create the report directory: {err.strerror}") from None
+    probe = d / f".write-test-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+        raise _refuse(d, f"not writable ({err.strerror}); the report could not be written there") from None
+    for name in SUBDIRS:
+        _check_entry(d, d / name)
+    parts = d / "parts"
+    if parts.is_dir():
+        for entry in parts.iterdir():
+            if entry.is_symlink() or entry.is_dir():
+                _check_entry(d, entry)
+                if entry.is_dir():
+                    for name in ("failures", "inflight"):
+                        _check_entry(d, entry / name)
+    return d
+
+
+def _holder(text: str) -> str:
+    return text.strip() or "a process that wrote nothing in the lock file"
+
+
+@contextlib.contextmanager
+def locked(report_dir: str | Path) -> Iterator[None]:
+    """Hold `DIR/.lock` (exclusive, non-blocking) for the block; refused when another run holds it."""
+    d = Path(report_dir)
+    path = d / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as err:
+        raise _refuse(d, f"cannot open its lock file {LOCK_NAME}: {err.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise _refuse(d, f"cannot lock it: {err.strerror}") from None
+            held = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            raise _refuse(d, f"another check is writing to this report directory ({_holder(held)}); wait for it "
+                             f"to finish or use another --report") from None
+        note = (f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                f"{' '.join(sys.argv)[:300]}\n").encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note, 0)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
