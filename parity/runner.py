@@ -45,7 +45,7 @@ class CaseOutcome:
 
     @property
     def passed(self) -> bool:
-        return self.status != "fail"
+        return self.status not in ("fail", INVALID)
 
     @property
     def margin(self) -> float:
@@ -276,6 +276,9 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     tol = policy.for_lowering(lowering.name, case.dtype)
     with _Phase(outcome, "oracle"):
         ref = reference.attention(inputs)
+    bad = oracle_problem(case, ref)
+    if bad:  # no output can be judged against it: the case is bad input, never a pass
+        return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
     yard_out = None
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
@@ -414,6 +417,9 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
             result = lowering.run(inputs)
         except InvalidInput as err:
             raise LoweringError(f"{lowering.name} rejected a case its supports() accepts: {err}") from None
+        except SystemExit as err:  # a plugin's sys.exit() ends its lowering's case, never the run (or exit 0)
+            raise LoweringError(f"{lowering.name} raised SystemExit({err.code!r}): a lowering must return, "
+                                f"not exit the process") from None
         except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
             tb = traceback.extract_tb(err.__traceback__)[-1]
             raise LoweringError(f"{lowering.name} raised {type(err).__name__}: {err} "
@@ -425,6 +431,9 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
     c = inputs.case
     if result.out.dtype != inputs.q.dtype:
         raise LoweringError(f"{lowering.name}: output dtype {result.out.dtype}, expected the case's {inputs.q.dtype}")
+    if result.lse is None:
+        raise LoweringError(f"{lowering.name}: declared lse_base {'2' if lowering.lse_base == 2.0 else 'e'} but "
+                            f"returned no LSE (lse=None): the LSE would go unchecked")
     return result
 
 
@@ -440,6 +449,33 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
         comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
                              pref.out, pref.lse, dtype=case.dtype, tol=tol))
     return comps
+
+
+INVALID = "invalid"  # a case whose oracle is not finite: bad input (`oracle_problem`), raised as InvalidInput
+
+
+def oracle_problem(case: Case, ref: reference.OracleResult) -> str | None:
+    """`"<field>: <why>"` when the oracle of `case` is not finite (an output NaN/Inf, or an LSE NaN or +inf;
+    -inf is an empty row's), naming the scale field most likely at fault; None when it is finite. Every
+    comparison needs a finite reference: past it any output would pass."""
+    bad_out = ~torch.isfinite(ref.out)
+    bad_lse = torch.isnan(ref.lse) | torch.isposinf(ref.lse)
+    n = int(bad_out.sum()) + int(bad_lse.sum())
+    if n == 0:
+        return None
+    scales = {"scale": case.softmax_scale, "k_scale": case.k_scale, "v_scale": case.v_scale}
+    field_ = max(scales, key=lambda k: abs(math.log(abs(scales[k]))) if scales[k] else 0.0)
+    shown = ", ".join(f"{k}={v:g}" for k, v in scales.items())
+    return (f"{field_}: the oracle is not finite on this case ({n} NaN/Inf value(s) in its output or LSE; {shown}): "
+            f"scores or values overflow fp32, so no output could be judged; give a case with a finite oracle")
+
+
+def refuse_invalid(out: "CaseOutcome") -> "CaseOutcome":
+    """`out`, or InvalidInput when its case is bad input (`INVALID`: the oracle is not finite)."""
+    if out.status == INVALID:
+        where, _, rule = out.reason.partition(": ")
+        raise InvalidInput(f"case {out.case.short()}: {where}", rule)
+    return out
 
 
 def case_class(case: Case) -> str:
@@ -543,6 +579,16 @@ def compile_budget_message(lowering: Lowering, report: LoweringReport) -> str | 
             f"a kernel recompiles for a value it must take at run time (batch size, lengths, split count)")
 
 
+def _exited(report: LoweringReport, err: SystemExit, t0: float) -> LoweringReport:
+    """The lowering's report when its plugin code (`supports()`, `expected_calls()`, or `run()` in process)
+    raised SystemExit: a failure of that lowering, never a clean end of the run."""
+    report.status = "fail"
+    report.extra.append(f"plugin code raised SystemExit({err.code!r}) after {report.cases} case(s) (in supports(), "
+                        f"expected_calls() or run()): a lowering must return, not exit the process")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
 class _CaseFailed(Exception):
     def __init__(self, outcome: CaseOutcome):
         super().__init__(outcome.summary())
@@ -621,7 +667,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     `shard=(i, n)` runs every n-th drawn case from the i-th (`_sharded_run_case`; 0 <= i < n).
     """
     from hypothesis import given, target as hyp_target
-    from hypothesis.errors import Flaky
+    from hypothesis.errors import Flaky, Unsatisfiable
 
     # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
@@ -637,7 +683,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     try:
         for case in replay:
             raise_if_requested()
-            out = run_case(lowering, case, policy, opts, yardstick)
+            out = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
             report.absorb(out, compile_family(lowering, case))
             if progress:
                 progress(report, out)
@@ -649,6 +695,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                             f"run, not a verdict")
         report.seconds = time.perf_counter() - t0
         return report
+    except SystemExit as err:
+        return _exited(report, err, t0)
     if report.failures:
         report.status = "fail"
         report.extra.append("a saved failure still fails; fix it before new cases are drawn")
@@ -665,7 +713,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     @settings
     @given(case=strategy)
     def prop(case: Case) -> None:
-        out = run_case(lowering, case, policy, opts, yardstick)
+        out = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
         report.absorb(out, compile_family(lowering, case))
         if progress:
             progress(report, out)
@@ -682,6 +730,11 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
+    except SystemExit as err:
+        return _exited(report, err, t0)
+    except Unsatisfiable:  # supports() (or the limits) admit no case the strategy can draw: nothing judged
+        report.reason = (f"no case could be drawn that supports() accepts under these limits ({report.cases} "
+                         f"judged): nothing judged")
     except _CaseFailed as err:
         report.failures.append(Failure(err.outcome, shrunk=True))
     except Flaky as err:  # failed, then passed on hypothesis's replay: a timing-dependent crash or hang, a race
