@@ -485,3 +485,48 @@ def test_sigterm_and_sighup_are_handled_as_sigint(runs, tmp_path, capsys, sig, j
     assert rundir.in_progress(d) is None
     code, text = _main(["gate", "--baseline", runs["base"], d], capsys)
     assert code == 1 and "was interrupted" in text
+
+
+# ---- random draws: never cry wolf, still catch a real drop ------------------------------------------------
+
+def test_random_draws_compare_within_binomial_spread(runs, tmp_path, capsys):
+    """Two honest runs of a random profile draw different cases (here: a class of one case in the baseline
+    drew none, its case went to another class): the gate passes them. A drop in judged cases beyond 5
+    sigma, or a class whose absence by chance is rarer than 1e-6, still fails."""
+    from parity.gate import _class_gone, _fewer
+
+    def random_profile(r):
+        r["settings"].update(profile="dev", derandomized=False, seed=None)
+
+    def other_draws(r):
+        random_profile(r)
+        classes = _lw(r)["classes"]
+        gone, kept = sorted(classes, key=lambda k: classes[k]["cases"])[:2]
+        classes[kept]["cases"] += classes.pop(gone)["cases"]
+
+    base, new = _copy(runs["base"], tmp_path / "a"), _copy(runs["again"], tmp_path / "b")
+    _edit(base, random_profile)
+    _edit(new, other_draws)
+    code, out = _main(["gate", "--baseline", base, new], capsys)
+    assert code == 0, out
+    o = {"cases": 1000, "unsupported": 300}
+    assert _fewer(o, {"cases": 1000, "unsupported": 360}, strict=False) is None  # 700 -> 640: 4.1 sigma
+    assert "5 sigma" in _fewer(o, {"cases": 1000, "unsupported": 380}, strict=False)  # 700 -> 620: 5.5 sigma
+    assert "drew 999" in _fewer(o, {"cases": 999, "unsupported": 0}, strict=False)
+    assert _fewer(o, {"cases": 1000, "unsupported": 301}, strict=True) == "judged 699 case(s), the baseline 700"
+    assert _class_gone("c", 3, 60, 60, strict=False) is None  # (57/60)^60 = 4.6e-2
+    assert "chance" in _class_gone("c", 20, 60, 60, strict=False)  # (40/60)^60 = 2.7e-11
+
+
+def test_an_ignored_sighup_stays_ignored():
+    """`nohup` ignores SIGHUP: the check keeps it ignored, and takes SIGTERM and SIGINT."""
+    from parity import interrupt
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with interrupt.installed() as handler:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)
