@@ -607,6 +607,13 @@ def _case_failures(err: BaseException) -> list["_CaseFailed"]:
     return found
 
 
+def _refusing_invalid(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
+    """`run_case` that raises InvalidInput for a case whose oracle is not finite (`refuse_invalid`)."""
+    def run(*args) -> CaseOutcome:
+        return refuse_invalid(run_case(*args))
+    return run
+
+
 def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
     """`run_case` that first raises a SIGINT the interpreter swallowed (`parity.interrupt`)."""
     def run(*args) -> CaseOutcome:
@@ -708,12 +715,12 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
-    run_case = _stops_on_interrupt(run_case)
+    run_case = _refusing_invalid(_stops_on_interrupt(run_case))
 
     @settings
     @given(case=strategy)
     def prop(case: Case) -> None:
-        out = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
+        out = run_case(lowering, case, policy, opts, yardstick)
         report.absorb(out, compile_family(lowering, case))
         if progress:
             progress(report, out)
