@@ -1,8 +1,10 @@
 """`dflash-parity`: list, check, repro, gate, bench.
 
-Exit codes: 0 all hold; 1 a parity failure (or a gate failure); 2 bad usage or bad input (one clear
-message naming the input, no traceback); 130 interrupted (SIGINT): `check` first writes the report of
-the cases that ran, the interrupted lowering marked failed as a partial run.
+Exit codes: 0 all hold; 1 a parity failure (or a gate failure), or `check` judged nothing (every lowering
+unavailable or every case unsupported; `--allow-nothing-judged` makes that 0); 2 bad usage or bad input
+(one clear message naming the input, no traceback); 128+n interrupted by signal n (130 SIGINT, 143
+SIGTERM, 129 SIGHUP): `check` first writes the report of the cases that ran, the interrupted lowering
+marked failed as a partial run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C, `timeout -s INT`): the report of what ran is written first
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C, `timeout -s INT`): the report of what ran is written first; 128+n for signal n
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,6 +60,17 @@ def _positive_float(name: str):
     return parse
 
 
+def _margin_growth(text: str) -> float:
+    """`--max-margin-growth`: a finite number > 0 (a fraction of the tolerance)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"--max-margin-growth must be a positive fraction of the tolerance, got {text!r}")
+    return v
+
+
 def default_device() -> str:
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--hook-timeout", type=_positive_float("--hook-timeout"), default=None, metavar="SECONDS",
                         help="seconds a lowering's available()/supports()/expected_calls() or a plugin's import may "
                              "take before it fails that lowering (default: $DFLASH_PARITY_HOOK_TIMEOUT or 60)")
+        sp.add_argument("--allow-loose-bounds", action="store_true",
+                        help="accept bounds past the policy's sanity ceilings (parity.policy.CEILINGS; recorded "
+                             "in the report, refused by the gate unless it accepts loose-bounds)")
 
     sp = sub.add_parser("list", help="lowerings, where each runs, whether it can run here and why not")
     common(sp)
@@ -116,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "cases a serial run draws (for compile-bound lowerings; repeatable; see parity.shards)")
     sp.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # a --jobs child (parity.jobs)
     sp.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # I/S: a --shards child (parity.shards)
+    sp.add_argument("--allow-nothing-judged", action="store_true",
+                    help="exit 0 even when no case was judged (every lowering unavailable here or every case "
+                         "unsupported); without it that exits 1")
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
@@ -146,10 +165,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also time this lowering in the hybrid table (repeatable; e.g. a plugin's)")
     sp.add_argument("--quiet", action="store_true", help="no progress lines")
 
-    sp = sub.add_parser("gate", help="compare a report with a baseline; fail on regressions")
+    from parity.gate import RULES, rules_help
+    sp = sub.add_parser("gate", help="compare a report with a baseline; fail on regressions",
+                        description="Compare a new check report with a baseline and fail closed, naming the "
+                                    "reason. Rules (each accepted only by --accept RULE):\n\n" + rules_help(),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("new", metavar="NEW", help="new report directory (or its parity.json)")
     sp.add_argument("--baseline", required=True, metavar="OLD", help="baseline report directory or parity.json")
-    sp.add_argument("--tolerances", default=None, metavar="TOML")
+    sp.add_argument("--accept", action="append", default=[], metavar="RULE[,RULE...]",
+                    help=f"accept what a rule would fail, written in gate.md (repeatable): {', '.join(RULES)}")
+    sp.add_argument("--max-margin-growth", type=_margin_growth, default=None, metavar="X",
+                    help="the gate's bound on worst-margin growth (default: the baseline report's recorded "
+                         "[gate] max_margin_growth; never the policy under review)")
+    sp.add_argument("--not-before", default=None, metavar="TIME",
+                    help="fail when the new report's run started before TIME (ISO-8601, or @UNIX-SECONDS): a "
+                         "stale report from an earlier run")
+    sp.add_argument("--commit", default=None, metavar="SHA",
+                    help="fail unless the new report's run was on this git commit (a prefix of 7+ hex digits)")
+    sp.add_argument("--tolerances", default=None, help=argparse.SUPPRESS)  # refused: see cmd_gate
     sp.add_argument("--markdown", default=None, metavar="FILE", help="write the Markdown diff here (default: NEW/gate.md)")
     return p
 
@@ -175,8 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        from parity import interrupt
         print("dflash-parity: interrupted", file=sys.stderr)
-        return 130
+        return interrupt.exit_code()
 
 
 def _setup(args, probe: bool = False) -> tuple:
@@ -195,7 +229,7 @@ def _setup(args, probe: bool = False) -> tuple:
         for name in hooks.load_plugin(path):
             args.plugin_of[name] = path
     device = args.device or default_device()
-    pol = policy_mod.load(args.tolerances)
+    pol = policy_mod.load(args.tolerances, allow_loose_bounds=getattr(args, "allow_loose_bounds", False))
     pol.check_lowerings(lowerings.names())
     return device, pol
 
@@ -299,7 +333,12 @@ def cmd_check(args) -> int:
         # A --jobs child always takes SIGINT (its parent's means "write your partial part"), even where the
         # parent was started with SIGINT ignored; a top-level check leaves an ignored SIGINT ignored.
         with interrupt.installed(force=args.part):
-            return _check(args)
+            try:
+                return _check(args)
+            except SystemExit as exc:  # plugin code exiting the process: never a clean (or any) verdict
+                print(f"dflash-parity: error: plugin code raised SystemExit({exc.code!r}) outside any case; the run "
+                      f"fails (no verdict written)", file=sys.stderr)
+                return EXIT_FAIL
 
 
 def _check(args) -> int:
@@ -335,6 +374,17 @@ def _check(args) -> int:
     replays = {lw.name: _saved_failures(report_dir, lw.name, device)
                if shard is None or shard[0] == 0 else [] for lw in selected}
     t0 = time.perf_counter()
+    from parity import provenance, rundir
+
+    header = None
+    if not args.part:  # the run's own report (a --jobs child writes a part; its parent marks the directory)
+        run_id, started = provenance.new_run_id(), provenance.now()
+        header = provenance.run_header(
+            run_id=run_id, started=started, device=device, profile=args.profile, policy=pol,
+            lowerings=[lw.name for lw in selected], plugins=args.plugin,
+            settings=provenance.run_settings(args, device=device, settings=settings,
+                                             lowerings=[lw.name for lw in selected]))
+        rundir.begin(report_dir, run_id, started)
     if args.jobs > 1 and (len(selected) > 1 or shard_counts):
         from parity.jobs import run_jobs
 
@@ -343,10 +393,12 @@ def _check(args) -> int:
                   f"{'in process' if args.no_isolate else 'isolated'} in each)", file=sys.stderr, flush=True)
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
-                                     shards=shard_counts)
-        _report_written("the report", report_dir, report_mod.write_merged, report_dir, data)
-        code = _finish(args, data, report_dir, t0)
-        return EXIT_INTERRUPTED if interrupted else code
+                                     shards=shard_counts, header=header)
+        _report_written("the report", report_dir, report_mod.write_merged, report_dir,
+                        provenance.finish(data, interrupted=interrupted))
+        if header is not None:
+            rundir.end(report_dir, header["run_id"])
+        return _finish(args, data, report_dir, t0)
     opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
                       check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
                       profile_every=args.kernel_names_every)
@@ -420,9 +472,11 @@ def _check(args) -> int:
     # stale failure files of the re-checked lowerings go (write_failure_files); this run writes its own
     data = _report_written("the report", report_dir, report_mod.write_reports, work_dir, results, device=device,
                            profile=args.profile, tolerances=pol.source, part=part, amend_part=amend,
-                           replay=replay_args, plugins=plugins)
+                           replay=replay_args, plugins=plugins, header=header)
+    if header is not None:
+        rundir.end(report_dir, header["run_id"])
     code = _finish(args, data, report_dir, t0)
-    return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
+    return EXIT_INTERRUPTED if args.part and any(r.interrupted for r in results) else code
 
 
 def _warm_up(lw, device: str, quiet: bool, limits=None) -> None:
@@ -465,6 +519,22 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
     where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
     print(f"\n{len(data['lowerings'])} lowering(s), {sum(v['cases'] for v in data['lowerings'].values())} cases in "
           f"{time.perf_counter() - t0:.1f} s; {where}")
+    return _exit_code(args, data, failed)
+
+
+def _exit_code(args, data: dict, failed: list) -> int:
+    """The exit code of a check from its report data (its `verdict` when it has one: not a --jobs child's)."""
+    from parity import interrupt
+
+    verdict = data.get("verdict")
+    if verdict == "interrupted":
+        return interrupt.exit_code()
+    if verdict == "nothing judged":
+        why = "; ".join(f"{n}: {v.get('reason') or 'every case unsupported'}" for n, v in data["lowerings"].items())
+        print(f"\nnothing was judged: no lowering ran a case here ({why[:600]})"
+              + ("; accepted (--allow-nothing-judged)" if args.allow_nothing_judged else
+                 "; exit 1 (pass --allow-nothing-judged when that is expected)"), file=sys.stderr)
+        return EXIT_OK if args.allow_nothing_judged else EXIT_FAIL
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -501,7 +571,7 @@ def cmd_repro(args) -> int:
     from oracle.errors import InvalidInput
     from parity.hooks import HookFailure
     from parity.intake import check_case_fits, read_case_file
-    from parity.runner import RunOptions, _executor_run_case, lowering_available, run_case
+    from parity.runner import INVALID, RunOptions, _executor_run_case, lowering_available, run_case
 
     path = Path(args.case_file)
     case, wrapper = read_case_file(path)  # kind, JSON types, nesting and sizes: before anything is loaded
@@ -535,6 +605,9 @@ def cmd_repro(args) -> int:
                     worst = max(worst, EXIT_USAGE)
                     continue
                 out = run(lw, case, pol, opts, yard)
+                if out.status == INVALID:  # the oracle is not finite on this case: bad input, never a verdict
+                    where, _, rule = out.reason.partition(": ")
+                    raise InvalidInput(f"{path}: {where}", rule)
             except HookFailure as hf:
                 print(f"{name} on {case.short()}")
                 print(f"  FAIL: {hf.message}")
@@ -555,15 +628,30 @@ def cmd_repro(args) -> int:
 
 
 def cmd_gate(args) -> int:
+    """Exit 0 when the gate passes, 1 when it fails (gate.md says why), 2 for bad input."""
+    from oracle.errors import InvalidInput
     from parity import gate as gate_mod
-    from parity import policy as policy_mod
+    from parity.provenance import parse_time
     from parity.report import atomic_write
 
-    pol = policy_mod.load(args.tolerances)
-    base = gate_mod.load_report(args.baseline, "--baseline")
-    new = gate_mod.load_report(args.new, "NEW")
-    res = gate_mod.gate(base, new, max_margin_growth=pol.max_margin_growth)
-    md_path = Path(args.markdown) if args.markdown else (Path(args.new) if Path(args.new).is_dir() else Path(args.new).parent) / "gate.md"
+    if args.tolerances is not None:
+        raise InvalidInput("--tolerances", "the gate reads no policy file (the one under review must not set its "
+                                           "own gate): it takes max_margin_growth from the baseline report; pass "
+                                           "--max-margin-growth X to set it")
+    accept = gate_mod.parse_accept(args.accept)
+    not_before = parse_time(args.not_before, "--not-before") if args.not_before is not None else None
+    if args.commit is not None and not (7 <= len(args.commit) <= 40 and all(c in "0123456789abcdefABCDEF" for c in args.commit)):
+        raise InvalidInput("--commit", f"a git commit SHA (7 to 40 hex digits), got {args.commit!r}")
+    md_path = Path(args.markdown) if args.markdown else gate_mod.report_path(args.new).parent / "gate.md"
+    unfinished = [f"{what}: {why}" for what, path in (("--baseline", args.baseline), ("NEW", args.new))
+                  for why in [gate_mod.unfinished(path)] if why]
+    if unfinished:
+        res = gate_mod.unfinished_result(unfinished)
+    else:
+        base = gate_mod.load_report(args.baseline, "--baseline")
+        new = gate_mod.load_report(args.new, "NEW")
+        res = gate_mod.gate(base, new, max_margin_growth=args.max_margin_growth, accept=accept,
+                            not_before=not_before, commit=args.commit)
     atomic_write(md_path, res.markdown)
     print(res.markdown)
     return EXIT_OK if res.passed else EXIT_FAIL

@@ -1,4 +1,9 @@
-"""SIGINT during `check`: stop at once, write the report of what ran, never lose it.
+"""SIGINT, SIGTERM and SIGHUP during `check`: stop at once, write the report of what ran, never lose it.
+
+The three are handled alike (`SIGNALS`): a CI time limit sends SIGTERM, a closed terminal or ssh
+session SIGHUP, Ctrl-C SIGINT. Each raises KeyboardInterrupt; `check` writes the partial report (the
+interrupted lowering failed as "a partial run, not a verdict") and exits `exit_code()` = 128 + the
+signal's number (130, 143, 129). An ignored signal (`nohup` ignores SIGHUP) stays ignored.
 
 Python's default handler raises KeyboardInterrupt wherever the interpreter happens to be. Two ways that
 loses an interrupt or a report, both seen:
@@ -12,7 +17,8 @@ loses an interrupt or a report, both seen:
   killed it (measured on CPU: 1 run in 6 under load). So the handler also records the interrupt, and
   `raise_if_requested()`, called between cases and in the `--jobs` poll loop, raises it again.
 
-Public: `SigintOnce`, `installed(force) -> context manager`, `requested()`, `raise_if_requested()`.
+Public: `SIGNALS`, `SigintOnce`, `installed(force) -> context manager`, `requested()`, `raise_if_requested()`,
+`exit_code()`.
 """
 
 from __future__ import annotations
@@ -23,44 +29,61 @@ import time
 from typing import Callable, Iterator
 
 
+SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
+
+
 class SigintOnce:
-    """A SIGINT handler: records the interrupt and raises KeyboardInterrupt, except for a repeat within
-    `window` seconds of the one before (the same interrupt). A second Ctrl-C after the window raises."""
+    """A handler for `SIGNALS`: records the interrupt (and which signal) and raises KeyboardInterrupt,
+    except for a repeat within `window` seconds of the one before (the same interrupt). A second Ctrl-C
+    after the window raises."""
 
     def __init__(self, window: float = 1.0, clock: Callable[[], float] = time.monotonic):
         self.window, self.clock = window, clock
         self.last: float | None = None
         self.hit = False
+        self.signum: int | None = None
 
     def __call__(self, signum, frame) -> None:
+        global _last_signum
         now = self.clock()
         if self.last is not None and now - self.last < self.window:
             return
         self.last, self.hit = now, True
+        if self.signum is None:  # the first signal names the interrupt (and the exit code)
+            self.signum = _last_signum = int(signum)
         raise KeyboardInterrupt
 
 
 _active: SigintOnce | None = None
+_last_signum: int | None = None
+
+
+def _default(signum: int) -> object:
+    return signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
 
 
 @contextlib.contextmanager
 def installed(force: bool = False) -> Iterator[SigintOnce | None]:
-    """`SigintOnce` as the SIGINT handler for the block, then the previous one back. Without `force` an
-    ignored SIGINT (a process started in the background) stays ignored, and a handler of the caller's own
-    stays in place; `force` (a `--jobs` child, whose parent's SIGINT means "write your partial part")
-    installs it anyway."""
-    global _active
-    previous = signal.getsignal(signal.SIGINT)
-    if not (force or previous is signal.default_int_handler):
+    """`SigintOnce` as the handler of `SIGNALS` for the block, then the previous ones back. Without
+    `force` an ignored signal (a process started in the background, `nohup`) stays ignored, and a handler
+    of the caller's own stays in place; `force` (a `--jobs` child, whose parent's SIGINT means "write your
+    partial part") installs it anyway. Returns None when it installed none."""
+    global _active, _last_signum
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    mine = [s for s in SIGNALS if force or previous[s] is _default(s)]
+    if not mine:
         yield None
         return
     handler, outer = SigintOnce(), _active
-    signal.signal(signal.SIGINT, handler)
+    _last_signum = None
+    for s in mine:
+        signal.signal(s, handler)
     _active = handler
     try:
         yield handler
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s in mine:
+            signal.signal(s, previous[s])
         _active = outer
 
 
@@ -73,3 +96,9 @@ def raise_if_requested() -> None:
     """KeyboardInterrupt if SIGINT came (again, where the first one was swallowed)."""
     if requested():
         raise KeyboardInterrupt
+
+
+def exit_code() -> int:
+    """128 + the number of the signal that interrupted the last check (130 for SIGINT, 143 for SIGTERM,
+    129 for SIGHUP); 130 when none was seen (a KeyboardInterrupt raised otherwise)."""
+    return 128 + (_last_signum if _last_signum is not None else int(signal.SIGINT))

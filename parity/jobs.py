@@ -69,6 +69,7 @@ def child_argv(args: Any, name: str, device: str, shard: Shard | None = None) ->
         if value is not None:
             argv += [flag, str(value)]
     for flag, on in (("--no-hardening", args.no_hardening), ("--no-isolate", args.no_isolate),
+                     ("--allow-loose-bounds", getattr(args, "allow_loose_bounds", False)),
                      ("--warm-up", getattr(args, "warm_up", False)), ("--quiet", args.quiet)):
         if on:
             argv.append(flag)
@@ -183,13 +184,14 @@ def merge_parts(report_dir: Path, names: Sequence[str], exits: dict[str, int | N
 
 def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, jobs: int, tolerances: str,
              say: Callable[[str], None], poll: float = 0.2, grace: float = 60.0,
-             shards: dict[str, int] | None = None) -> tuple[dict[str, Any], bool]:
+             shards: dict[str, int] | None = None, header: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """Check `names` in up to `jobs` child processes (`shards[name]` of them for a sharded lowering, its
     shards started first: they are the slow ones); returns (merged report data, interrupted).
 
-    On KeyboardInterrupt (SIGINT) each running child gets SIGINT too and up to `grace` seconds to write
-    its partial part (its lowering then fails as "interrupted after N cases"); lowerings not yet started
-    are reported as never started. The merged report is returned either way."""
+    On KeyboardInterrupt (SIGINT, SIGTERM or SIGHUP: `parity.interrupt`) each running child gets SIGINT
+    and up to `grace` seconds to write its partial part (its lowering then fails as "interrupted after N
+    cases"); lowerings not yet started are reported as never started. The merged report is returned
+    either way; `header` (parity.provenance.run_header) is its top level."""
     parts = report_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     shards = {k: v for k, v in (shards or {}).items() if v > 1}
@@ -261,7 +263,8 @@ def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, job
     import torch
 
     from parity.report import SCHEMA, SCHEMA_VERSION
-    header = {"schema": SCHEMA, "version": SCHEMA_VERSION,
-              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "device": device, "profile": args.profile, "torch": torch.__version__, "tolerances": tolerances}
-    return merge_parts(report_dir, names, exits, header, shards), interrupted
+    top = {"schema": SCHEMA, "version": SCHEMA_VERSION,
+           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "device": device, "profile": args.profile, "torch": torch.__version__, "tolerances": tolerances}
+    top.update(header or {})
+    return merge_parts(report_dir, names, exits, top, shards), interrupted

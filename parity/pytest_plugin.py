@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--parity-device") == "cuda" and not _cuda()[0]:
+        # Asked for the GPU and there is none: every parity test would skip and the session exit 0.
+        raise pytest.UsageError(f"--parity-device cuda: {_cuda()[1]} (drop the option to test on the CPU)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason where there is none)")
     config.addinivalue_line("markers", "slow: long sweeps, not part of the CI suite")
     from hypothesis import settings as hyp_settings

@@ -10,12 +10,24 @@ A failure file (`failures/<lowering>-<n>.json`) stands on its own: `{"lowering",
 "sha256"}] (the plugin file that registered the lowering; `repro` loads it again), "replay": the exact
 command}`.
 
-`parity.json` schema (version 1):
+`parity.json` schema (version 2; version 1 lacked everything from `run_id` to `verdict`):
 
-    {"schema": "dflash-parity/report", "version": 1, "created": ISO-8601, "device": str,
+    {"schema": "dflash-parity/report", "version": 2, "created": ISO-8601 (= finished), "device": str,
      "profile": str, "torch": str, "tolerances": path,
+     "run_id": hex, "started": ISO-8601, "finished": ISO-8601,
+     "verdict": "pass"|"fail"|"interrupted"|"nothing judged" (parity.provenance.verdict_of),
+     "git": {"commit": sha, "dirty": bool}|null,
+     "settings": {"lowerings": [NAME], "device", "device_name", "profile", "seed", "derandomized",
+        "max_examples", "hardening": bool, "isolation": bool, "case_timeout", "kernel_names_every",
+        "limits": [str], "jobs", "shards": [str], "warm_up", "allow_loose_bounds", "allow_nothing_judged"},
+     "plugins": [{"path": str, "sha256": hex}],
+     "policy": {"file": path, "sha256": hex, "max_margin_growth": float, "allow_loose_bounds": bool,
+        "ceilings": {KEY: {DTYPE: float}},
+        "bounds": {NAME: {DTYPE: {KEY: {"value": float, "source": TABLE, "reason": str}}}},
+        "overrides": {TABLE: {"values": {KEY: float}, "reason": str, "measured_in": [str]}}},
      "lowerings": {NAME: {"status": "pass"|"fail"|"unavailable", "reason": str, "cases": int,
-        "passed": int, "unsupported": int, "calls_checked": int, "seconds": float,
+        "passed": int, "unsupported": int, "judged": int (cases - unsupported), "calls_checked": int,
+        "seconds": float,
         "worst_margin": float, "worst_case": CASE|null, "worst_figures": {...},
         "worst_ulp": float, "worst_ulp_case": CASE|null, "worst_rel_l2": float, "worst_rel_l2_case": CASE|null,
         "compiles": {kernel: int}, "compile_families": int, "max_compiles_in_a_family": int,
@@ -46,7 +58,7 @@ import torch
 from parity.runner import LoweringReport, _jsonable
 
 SCHEMA = "dflash-parity/report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -124,12 +136,16 @@ def _failure_figures(outcome) -> dict[str, Any]:
 
 
 def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str,
-            replay: list[str] | None = None) -> dict[str, Any]:
+            replay: list[str] | None = None, header: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Report data; `header` (parity.provenance.run_header) adds what the run checked; `replay`: the
+    options each failure's replay command needs (`replay_args`)."""
     out: dict[str, Any] = {
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": device, "profile": profile, "torch": torch.__version__, "tolerances": tolerances, "lowerings": {},
+        "device": device, "profile": profile, "torch": torch.__version__, "tolerances": tolerances,
     }
+    out.update(header or {})
+    out["lowerings"] = {}
     for r in reports:
         fails = []
         for n, f in enumerate(r.failures, 1):
@@ -139,7 +155,8 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
                           "figures": _failure_figures(f.outcome), "replay_args": list(replay or [])})
         out["lowerings"][r.lowering] = _jsonable({
             "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
-            "unsupported": r.unsupported, "calls_checked": r.calls_checked, "seconds": round(r.seconds, 3),
+            "unsupported": r.unsupported, "judged": r.cases - r.unsupported, "calls_checked": r.calls_checked,
+            "seconds": round(r.seconds, 3),
             "worst_margin": r.worst_margin,
             "worst_case": r.worst.case.to_json_dict() if r.worst else None,
             "worst_figures": r.worst.main.figures if r.worst and r.worst.main else {},
@@ -188,20 +205,24 @@ def write_progress(report_dir: str | Path, reports: list[LoweringReport], *, dev
 
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
                   tolerances: str, part: Path | None = None, amend_part=None, replay: list[str] | None = None,
-                  plugins: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
-    """Failure files (the lowerings' old ones removed), then `junit.xml`, `summary.md` and `parity.json`;
-    with `part` (a `--jobs` child), the failure files and the report data at `part` only (parity.jobs
-    merges the parts), each entry passed through `amend_part(entry) -> entry` first when given (a
-    shard's, `parity.shards`). `replay`: `replay_args(...)`; `plugins`: lowering -> `plugin_records`."""
+                  plugins: dict[str, list[dict[str, str]]] | None = None,
+                  header: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Failure files (the lowerings' old ones removed), then `junit.xml`, `summary.md` and `parity.json`
+    (stamped with its verdict, `parity.provenance.finish`); with `part` (a `--jobs` child), the failure
+    files and the report data at `part` only (parity.jobs merges the parts), each entry passed through
+    `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`). `replay`:
+    `replay_args(...)`; `plugins`: lowering -> `plugin_records`; `header`: `parity.provenance.run_header`."""
+    from parity.provenance import finish
+
     d = Path(report_dir)
-    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay)
+    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay, header=header)
     write_failure_files(d, reports, device=device, replay=replay, plugins=plugins)
     if part is not None:
         if amend_part is not None:
             data["lowerings"] = {k: amend_part(v) for k, v in data["lowerings"].items()}
         atomic_write(Path(part), dumps(data) + "\n")
         return data
-    write_merged(d, data)
+    write_merged(d, finish(data, interrupted=any(r.interrupted for r in reports)))
     return data
 
 
@@ -219,8 +240,14 @@ def junit_xml(data: dict[str, Any]) -> str:
     lows = data["lowerings"]
     n_fail = sum(1 for v in lows.values() if v["status"] == "fail")
     n_skip = sum(1 for v in lows.values() if v["status"] == "unavailable")
+    nothing = data.get("verdict") == "nothing judged"
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuite name="dflash-parity" tests="{len(lows)}" failures="{n_fail}" skipped="{n_skip}" errors="0">']
+             f'<testsuite name="dflash-parity" tests="{len(lows) + nothing}" failures="{n_fail + nothing}" '
+             f'skipped="{n_skip}" errors="0">']
+    if nothing:  # all skipped must not read as success
+        msg = "nothing was judged: every lowering unavailable or every case unsupported"
+        lines.append(f'  <testcase classname="dflash-parity" name="nothing judged"><failure message={quoteattr(msg)}/>'
+                     f'</testcase>')
     for name, v in lows.items():
         attrs = f'classname="dflash-parity.{escape(data["device"])}" name={quoteattr(name)} time="{v["seconds"]}"'
         if v["status"] == "fail":
@@ -293,14 +320,37 @@ def phase_line(v: dict[str, Any]) -> str:
     return rate + ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in sorted(ph.items(), key=lambda kv: -kv[1]))
 
 
+def settings_line(data: dict[str, Any]) -> str:
+    """`seed None (derandomized), 60 cases per lowering, hardening on, isolation on, ...` of a v2 report."""
+    st = data.get("settings", {})
+    on = lambda b: "on" if b else "**off**"  # noqa: E731
+    git = data.get("git") or {}
+    parts = [f"seed {st.get('seed')}{' (derandomized)' if st.get('derandomized') else ''}",
+             f"max {st.get('max_examples')} cases per lowering", f"hardening {on(st.get('hardening'))}",
+             f"isolation {on(st.get('isolation'))}"]
+    if st.get("limits"):
+        parts.append("limits " + " ".join(f"`{x}`" for x in st["limits"]))
+    if st.get("allow_loose_bounds"):
+        parts.append("**bounds past the sanity ceilings allowed**")
+    pol = data.get("policy", {})
+    parts.append(f"policy `{pol.get('file', '?')}` sha256 {str(pol.get('sha256', ''))[:12]}")
+    if git.get("commit"):
+        parts.append(f"commit {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}")
+    return "; ".join(parts)
+
+
 def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> str:
     """The Markdown summary; each failure with its exact replay command (its file under `report_dir` when
     given) and its whole `@example(...)` line."""
     lows = data["lowerings"]
     failed = [n for n, v in lows.items() if v["status"] == "fail"]
-    head = "FAIL" if failed else "PASS"
+    head = (data.get("verdict") or ("fail" if failed else "pass")).upper()
     lines = [f"# dflash-parity: {head}", "",
              f"device `{data['device']}`, profile `{data['profile']}`, torch {data['torch']}, {data['created']}", ""]
+    if data.get("settings"):
+        lines += [settings_line(data), ""]
+    if head == "NOTHING JUDGED":
+        lines += ["Nothing was judged: every lowering was unavailable here or declined every case.", ""]
     rows = table_rows(data)
     lines.append("| " + " | ".join(rows[0]) + " |")
     lines.append("|" + "---|" * len(rows[0]))
@@ -312,6 +362,9 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     for name, v in lows.items():
         if v["status"] == "unavailable":
             lines.append(f"- `{name}`: not run here: {v['reason']}")
+    for name, v in lows.items():
+        if v["status"] == "pass" and v.get("cases", 0) - v.get("unsupported", 0) == 0:
+            lines.append(f"- `{name}`: judged no case: {v.get('reason') or 'every case drawn was unsupported'}")
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
             lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")

@@ -46,7 +46,7 @@ class CaseOutcome:
 
     @property
     def passed(self) -> bool:
-        return self.status != "fail"
+        return self.status not in ("fail", INVALID)
 
     @property
     def margin(self) -> float:
@@ -277,6 +277,9 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     tol = policy.for_lowering(lowering.name, case.dtype)
     with _Phase(outcome, "oracle"):
         ref = reference.attention(inputs)
+    bad = oracle_problem(case, ref)
+    if bad:  # no output can be judged against it: the case is bad input, never a pass
+        return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
     yard_out = None
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
@@ -415,6 +418,9 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
             result = lowering.run(inputs)
         except InvalidInput as err:
             raise LoweringError(f"{lowering.name} rejected a case its supports() accepts: {err}") from None
+        except SystemExit as err:  # a plugin's sys.exit() ends its lowering's case, never the run (or exit 0)
+            raise LoweringError(f"{lowering.name} raised SystemExit({err.code!r}): a lowering must return, "
+                                f"not exit the process") from None
         except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
             # where in the lowering's own file (a plugin's), and the innermost frame (torch's, ...)
             raise LoweringError(f"{lowering.name} raised {hooks.describe_exception(err, lowering)}") from None
@@ -425,6 +431,9 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
     c = inputs.case
     if result.out.dtype != inputs.q.dtype:
         raise LoweringError(f"{lowering.name}: output dtype {result.out.dtype}, expected the case's {inputs.q.dtype}")
+    if result.lse is None:
+        raise LoweringError(f"{lowering.name}: declared lse_base {'2' if lowering.lse_base == 2.0 else 'e'} but "
+                            f"returned no LSE (lse=None): the LSE would go unchecked")
     return result
 
 
@@ -440,6 +449,33 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
         comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
                              pref.out, pref.lse, dtype=case.dtype, tol=tol))
     return comps
+
+
+INVALID = "invalid"  # a case whose oracle is not finite: bad input (`oracle_problem`), raised as InvalidInput
+
+
+def oracle_problem(case: Case, ref: reference.OracleResult) -> str | None:
+    """`"<field>: <why>"` when the oracle of `case` is not finite (an output NaN/Inf, or an LSE NaN or +inf;
+    -inf is an empty row's), naming the scale field most likely at fault; None when it is finite. Every
+    comparison needs a finite reference: past it any output would pass."""
+    bad_out = ~torch.isfinite(ref.out)
+    bad_lse = torch.isnan(ref.lse) | torch.isposinf(ref.lse)
+    n = int(bad_out.sum()) + int(bad_lse.sum())
+    if n == 0:
+        return None
+    scales = {"scale": case.softmax_scale, "k_scale": case.k_scale, "v_scale": case.v_scale}
+    field_ = max(scales, key=lambda k: abs(math.log(abs(scales[k]))) if scales[k] else 0.0)
+    shown = ", ".join(f"{k}={v:g}" for k, v in scales.items())
+    return (f"{field_}: the oracle is not finite on this case ({n} NaN/Inf value(s) in its output or LSE; {shown}): "
+            f"scores or values overflow fp32, so no output could be judged; give a case with a finite oracle")
+
+
+def refuse_invalid(out: "CaseOutcome") -> "CaseOutcome":
+    """`out`, or InvalidInput when its case is bad input (`INVALID`: the oracle is not finite)."""
+    if out.status == INVALID:
+        where, _, rule = out.reason.partition(": ")
+        raise InvalidInput(f"case {out.case.short()}: {where}", rule)
+    return out
 
 
 def case_class(case: Case) -> str:
@@ -543,6 +579,16 @@ def compile_budget_message(lowering: Lowering, report: LoweringReport) -> str | 
             f"a kernel recompiles for a value it must take at run time (batch size, lengths, split count)")
 
 
+def _exited(report: LoweringReport, err: SystemExit, t0: float) -> LoweringReport:
+    """The lowering's report when its plugin code (`supports()`, `expected_calls()`, or `run()` in process)
+    raised SystemExit: a failure of that lowering, never a clean end of the run."""
+    report.status = "fail"
+    report.extra.append(f"plugin code raised SystemExit({err.code!r}) after {report.cases} case(s) (in supports(), "
+                        f"expected_calls() or run()): a lowering must return, not exit the process")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
 class _CaseFailed(Exception):
     def __init__(self, outcome: CaseOutcome):
         super().__init__(outcome.summary())
@@ -559,6 +605,13 @@ def _case_failures(err: BaseException) -> list["_CaseFailed"]:
     if not found and err.__cause__ is not None:
         found = _case_failures(err.__cause__)
     return found
+
+
+def _refusing_invalid(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
+    """`run_case` that raises InvalidInput for a case whose oracle is not finite (`refuse_invalid`)."""
+    def run(*args) -> CaseOutcome:
+        return refuse_invalid(run_case(*args))
+    return run
 
 
 def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
@@ -672,7 +725,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
                     run_case: Callable[..., CaseOutcome]) -> LoweringReport:
     from hypothesis import given, target as hyp_target
-    from hypothesis.errors import Flaky
+    from hypothesis.errors import Flaky, Unsatisfiable
 
     ok, why = lowering_available(lowering, opts.device, executor)
     if not ok:
@@ -681,7 +734,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     try:
         for case in replay:
             raise_if_requested()
-            out = run_case(lowering, case, policy, opts, yardstick)
+            out = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
             report.absorb(out, compile_family(lowering, case))
             if progress:
                 progress(report, out)
@@ -693,6 +746,8 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                             f"run, not a verdict")
         report.seconds = time.perf_counter() - t0
         return report
+    except SystemExit as err:
+        return _exited(report, err, t0)
     if report.failures:
         report.status = "fail"
         report.extra.append("a saved failure still fails; fix it before new cases are drawn")
@@ -704,7 +759,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
-    run_case = _stops_on_interrupt(run_case)
+    run_case = _refusing_invalid(_stops_on_interrupt(run_case))
 
     @settings
     @given(case=strategy)
@@ -726,6 +781,11 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
+    except SystemExit as err:
+        return _exited(report, err, t0)
+    except Unsatisfiable:  # supports() (or the limits) admit no case the strategy can draw: nothing judged
+        report.reason = (f"no case could be drawn that supports() accepts under these limits ({report.cases} "
+                         f"judged): nothing judged")
     except _CaseFailed as err:
         report.failures.append(Failure(err.outcome, shrunk=True))
     except Flaky as err:  # failed, then passed on hypothesis's replay: a timing-dependent crash or hang, a race

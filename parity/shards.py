@@ -92,7 +92,7 @@ def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     statuses = {v["status"] for v in ran}
     out = dict(max(ran, key=lambda v: int(v.get("cases", 0))))  # a shard that ran (not a lost one's stub)
     out["status"] = "fail" if "fail" in statuses else "pass"
-    for key in ("cases", "passed", "unsupported", "calls_checked"):
+    for key in ("cases", "passed", "unsupported", "judged", "calls_checked"):
         out[key] = sum(int(v.get(key, 0)) for v in ran)
     out["seconds"] = max(float(v.get("seconds", 0.0)) for v in ran)
     w = _worst(ran, "worst_margin")

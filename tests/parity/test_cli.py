@@ -31,7 +31,7 @@ def test_check_passes_and_writes_reports(tmp_path, capsys):
                           "--report", tmp_path, "--quiet", "--device", "cpu"], capsys)
     assert code == 0, out + err
     data = json.loads((tmp_path / "parity.json").read_text())
-    assert data["schema"] == "dflash-parity/report" and data["version"] == 1
+    assert data["schema"] == "dflash-parity/report" and data["version"] == 2 and data["verdict"] == "pass"
     assert set(data["lowerings"]) == {"sdpa", "context"}
     for v in data["lowerings"].values():
         assert v["status"] == "pass" and v["cases"] == 8 and v["calls_checked"] == 8
@@ -152,7 +152,7 @@ BAD_CLI = [
     ("tolerances unknown key", lambda t: ["list", "--tolerances", _write(t, "t1.toml", TOML_HEAD.replace("lse_abs = 1.0e-3", "lse_abs = 1.0e-3\nlse_relative = 2", 1))], "defaults.bfloat16.lse_relative: unknown key"),
     ("tolerances negative", lambda t: ["list", "--tolerances", _write(t, "t2.toml", TOML_HEAD.replace("out_max_ulp = 8.0", "out_max_ulp = -8.0", 1))], "out_max_ulp: a finite positive number, got -8.0"),
     ("tolerances non-numeric", lambda t: ["list", "--tolerances", _write(t, "t3.toml", TOML_HEAD.replace("out_rel_l2 = 1.0e-2", "out_rel_l2 = \"small\"", 1))], "out_rel_l2: a number, got 'small'"),
-    ("tolerances unknown lowering", lambda t: ["list", "--tolerances", _write(t, "t4.toml", TOML_HEAD + "\n[lowering.\"nope\".bfloat16]\nout_max_ulp = 4.0\n")], "lowering.'nope': no such lowering"),
+    ("tolerances unknown lowering", lambda t: ["list", "--tolerances", _write(t, "t4.toml", TOML_HEAD + "\n[lowering.\"nope\".bfloat16]\nreason = \"measured\"\nout_max_ulp = 4.0\n")], "lowering.'nope': no such lowering"),
     ("tolerances bad TOML", lambda t: ["list", "--tolerances", _write(t, "t5.toml", "[defaults\n")], "not valid TOML"),
     ("gate baseline missing", lambda t: ["gate", "--baseline", t / "old", t], "no parity.json there"),
 ]

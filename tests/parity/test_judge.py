@@ -166,7 +166,7 @@ def test_partials_are_checked_before_the_merge():
 
 
 def test_tolerance_override_per_lowering_applies():
-    pol = policy_mod.from_dict({**_toml(), "lowering": {"sdpa": {"bfloat16": {"out_max_ulp": 4.0}}}})
+    pol = policy_mod.from_dict({**_toml(), "lowering": {"sdpa": {"bfloat16": {"reason": "test", "out_max_ulp": 4.0}}}})
     assert pol.for_lowering("sdpa", "bfloat16").out_max_ulp == 4.0
     assert pol.for_lowering("context", "bfloat16").out_max_ulp == 8.0
     with pytest.raises(Exception, match="no such lowering"):
