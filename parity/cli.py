@@ -291,6 +291,7 @@ def _check(args) -> int:
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
                                      shards=shard_counts)
+        report_mod.note_unmatched(data, pol.entries())
         report_mod.write_merged(report_dir, data)
         code = _finish(args, data, report_dir, t0)
         return EXIT_INTERRUPTED if interrupted else code
@@ -310,6 +311,10 @@ def _check(args) -> int:
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT,
                                     inflight_dir=work_dir / "inflight")
     where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
+    sanitizer = None
+    if device == "cuda":  # a nondeterministic failure is replayed under torch.cuda._sanitizer (parity.sanitizer)
+        from parity import sanitizer as san
+        sanitizer = lambda name, case, hist: san.replay(name, case, hist, plugins=args.plugin)  # noqa: E731
     results = []
     try:
         for n, lw in enumerate(selected, 1):
@@ -333,7 +338,7 @@ def _check(args) -> int:
                                  replay=replay, progress=_progress(args.quiet, lines=args.part,
                                                                    label=shards_mod.shard_label(lw.name, shard)),
                                  target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
-                                 shard=shard)
+                                 shard=shard, flaky_runs=PROFILES[args.profile].flaky_runs, sanitizer=sanitizer)
             if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)
@@ -356,7 +361,7 @@ def _check(args) -> int:
         fams = results[0].compile_families if results else {}
         amend = lambda entry: shards_mod.shard_part_entry(entry, work_dir, fams)  # noqa: E731
     data = report_mod.write_reports(work_dir, results, device=device, profile=args.profile, tolerances=pol.source,
-                                    part=part, amend_part=amend)
+                                    part=part, amend_part=amend, policy_entries=pol.entries())
     code = _finish(args, data, report_dir, t0)
     return EXIT_INTERRUPTED if any(r.interrupted for r in results) else code
 
@@ -383,6 +388,8 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
             line = report_mod.phase_line(v)
             if line:
                 print(f"  time {name}: {line}", file=sys.stderr)
+    for entry in data.get("tolerances_unmatched", []):  # a typo must not leave the default in place unseen
+        print(report_mod.unmatched_line(data.get("tolerances") or "tolerances.toml", entry), file=sys.stderr)
     failed = [(n, v) for n, v in data["lowerings"].items() if v["status"] == "fail"]
     for name, v in failed:
         for note in v.get("notes", []):
@@ -396,6 +403,8 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
                 print(f"  {json.dumps(f['case'])[:200]}")
             for msg in f["failures"]:
                 print(f"  - {msg}")
+            if f.get("runs"):
+                print(f"  re-run: {f['runs']}")
             print(f"  {f['example'][:200]}...")
     where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
     print(f"\n{len(data['lowerings'])} lowering(s), {sum(v['cases'] for v in data['lowerings'].values())} cases in "
@@ -419,6 +428,7 @@ def cmd_repro(args) -> int:
         named = json.loads(text).get("lowering")
     except (ValueError, AttributeError):
         named = None
+    history = _history_of(text, path)
     names = args.lowering or ([named] if named else [])
     if not names:
         raise InvalidInput("--lowering", f"{path} names no lowering; pass --lowering NAME")
@@ -430,6 +440,11 @@ def cmd_repro(args) -> int:
             print(f"{name}: cannot run on {device}: {why}")
             worst = max(worst, EXIT_USAGE)
             continue
+        if history:  # the failure depends on state earlier calls left: replayed with them
+            print(f"{name}: first the {len(history)} case(s) that ran before it (the failure depends on the state "
+                  f"a previous call leaves), the latest {history[-1].short()}")
+            for h in history:
+                run_case(lw, h, pol, RunOptions(device=device), yardstick=lowerings.get("sdpa"))
         out = run_case(lw, case, pol, RunOptions(device=device), yardstick=lowerings.get("sdpa"))
         print(f"{name} on {case.short()}")
         print(f"  {out.summary()}")
@@ -440,6 +455,21 @@ def cmd_repro(args) -> int:
         if out.status == "fail":
             worst = max(worst, EXIT_FAIL)
     return worst
+
+
+def _history_of(text: str, path: Path) -> list:
+    """The cases a failure file says must run first, oldest first (its classification found that the failure
+    depends on the state a previous call leaves), or none."""
+    from oracle.case import Case
+
+    try:
+        c = json.loads(text).get("classification") or {}
+    except (ValueError, AttributeError):
+        return []
+    if not c.get("depends_on_history"):
+        return []
+    return [Case.from_json_dict(h, source=f"{path}: classification.history[{i}]")
+            for i, h in reversed(list(enumerate(c.get("history") or [])))]
 
 
 def cmd_gate(args) -> int:

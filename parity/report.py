@@ -15,7 +15,12 @@ atomically (a temporary file renamed into place), so a crash never leaves half a
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
-        "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
+        "bounds": {ENTRY: {"cases": int, "why": str}} (the tolerance entries that set its cases' bounds,
+                  parity.policy.ToleranceSource.label, and why they applied; optional),
+        "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str,
+                      "runs": str ("failed k of R runs"; optional), "classification": {...} (optional,
+                      parity.flakiness.Classification.to_json), "sanitizer": str (optional)}]}},
+     "tolerances_unmatched": [ENTRY] (optional: tolerances.toml entries that matched no case in this run)}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
 """
@@ -93,7 +98,7 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
         for n, f in enumerate(r.failures, 1):
             cj = f.outcome.case.to_json_dict()
             fails.append({"file": f"failures/{failure_filename(r.lowering, n)}", "shrunk": f.shrunk, "case": cj,
-                          "failures": f.outcome.failures, "example": example_line(cj)})
+                          "failures": f.outcome.failures, "example": example_line(cj), **failure_extras(f)})
         out["lowerings"][r.lowering] = _jsonable({
             "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
             "unsupported": r.unsupported, "calls_checked": r.calls_checked, "seconds": round(r.seconds, 3),
@@ -107,21 +112,54 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             "max_compiles_in_a_family": max(r.compile_families.values(), default=0), "max_compiles": r.max_compiles,
             "classes": r.classes, "notes": list(r.extra), "failures": fails,
             "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
+            "bounds": {k: dict(v) for k, v in r.bounds.items()},
         })
     return out
 
 
+def failure_extras(f) -> dict[str, Any]:
+    """What re-running a failure showed (`runs`, `classification`) and the sanitizer's report, when known."""
+    extra: dict[str, Any] = {}
+    c = getattr(f, "classification", None)
+    if c is not None:
+        extra["runs"] = c.runs_line
+        extra["classification"] = c.to_json()
+    if getattr(f, "sanitizer", ""):
+        extra["sanitizer"] = f.sanitizer
+    return extra
+
+
+def note_unmatched(data: dict[str, Any], entries: list[str]) -> list[str]:
+    """Record in `data` (and return) the tolerance entries no case of this run's lowerings used. An entry
+    used by some case is listed in some lowering's `bounds` label (`a + b` when several applied)."""
+    used: set[str] = set()
+    for v in data.get("lowerings", {}).values():
+        for label in v.get("bounds", {}):
+            used.update(label.split(" + "))
+    unmatched = [e for e in entries if e not in used]
+    data["tolerances_unmatched"] = unmatched
+    return unmatched
+
+
+def unmatched_line(source: str, entry: str) -> str:
+    return f"{Path(source).name}: {entry} matched no case in this run"
+
+
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
-                  tolerances: str, part: Path | None = None, amend_part=None) -> dict[str, Any]:
+                  tolerances: str, part: Path | None = None, amend_part=None,
+                  policy_entries: list[str] | None = None) -> dict[str, Any]:
     """Failure files, then `parity.json`, `junit.xml` and `summary.md`; with `part` (a `--jobs` child),
     the failure files and the report data at `part` only (parity.jobs merges the parts), each entry
-    passed through `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`)."""
+    passed through `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`).
+    `policy_entries` (`Policy.entries()`): those no case used are listed (`note_unmatched`), not in a part."""
     d = Path(report_dir)
     data = to_json(reports, device=device, profile=profile, tolerances=tolerances)
+    if policy_entries is not None and part is None:
+        note_unmatched(data, policy_entries)
     for r in reports:
         for n, f in enumerate(r.failures, 1):
             payload = {"lowering": r.lowering, "device": device, "shrunk": f.shrunk,
-                       "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict()}
+                       "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict(), **failure_extras(f)}
             atomic_write(d / "failures" / failure_filename(r.lowering, n), dumps(payload) + "\n")
     if part is not None:
         if amend_part is not None:
@@ -238,6 +276,12 @@ def summary_md(data: dict[str, Any]) -> str:
         line = phase_line(v)
         if line:
             lines.append(f"- `{name}` time: {line}")
+    for name, v in lows.items():
+        if v.get("bounds"):
+            lines.append(f"- `{name}` bounds: " + "; ".join(f"`{e}` on {u['cases']} case(s) ({u['why']})"
+                                                          for e, u in v["bounds"].items()))
+    for entry in data.get("tolerances_unmatched", []):
+        lines.append(f"- {unmatched_line(data.get('tolerances') or 'tolerances.toml', entry)}")
     for name in failed:
         v = lows[name]
         lines += ["", f"## `{name}` failed", ""]
@@ -247,6 +291,8 @@ def summary_md(data: dict[str, Any]) -> str:
             lines.append(f"- shrunk case `{fl['file']}`: {_short_case(fl['case'])}")
             for msg in fl["failures"]:
                 lines.append(f"  - {msg}")
+            if fl.get("runs"):
+                lines.append(f"  - re-run: {fl['runs']}")
             lines.append(f"  - replay: `dflash-parity repro {fl['file']}`")
             lines.append(f"  - `{fl['example'][:300]}{'...' if len(fl['example']) > 300 else ''}`")
     return "\n".join(lines) + "\n"
