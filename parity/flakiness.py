@@ -120,6 +120,16 @@ class Probe:
     history: tuple[str, ...] = ()  # the history cases, `Case.short()`
     errors: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 0:
+            raise ValueError(f"Probe.runs: an integer >= 0, got {self.runs!r}")
+        if len(self.after_history) > len(self.history):
+            raise ValueError(f"Probe: {len(self.after_history)} results after history cases, "
+                             f"{len(self.history)} history cases")
+        for name in ("back_to_back", "after_history", "history", "errors"):
+            if not all(isinstance(x, str) for x in getattr(self, name)):
+                raise ValueError(f"Probe.{name}: strings, got {getattr(self, name)!r}")
+
     @property
     def race(self) -> bool:
         """Calls right after the same inputs differ."""
@@ -189,8 +199,7 @@ def probe(lowering: Lowering, case: Case, opts: RunOptions, runs: int, history: 
     for h in history:
         leave_state(lowering, h, opts)
         s = call(case)
-        if s is not None and seq:
-            after.append(describe_diffs(differing_parts(seq[-1], s)))
+        after.append(describe_diffs(differing_parts(seq[-1], s)) if s is not None and seq else "")
     return Probe(runs, b2b, tuple(after), tuple(h.short() for h in history), tuple(errors))
 
 

@@ -82,15 +82,19 @@ def parse_output(code: int, stdout: str, stderr: str) -> str:
 
 
 def summary_line(text: str) -> str:
-    """One line for a failure's messages: the header, and for a finding the first race's streams and
-    kernels (the stacks stay in the failure file)."""
+    """One line for a failure's messages: the header, and for a finding the first race's tensor, and each
+    access's stream, kernel and kind (the stacks stay in the failure file)."""
     head, _, body = text.partition(":\n")
     if not text.startswith(FOUND):
         return text.splitlines()[0] if text else COULD_NOT
-    keep = [ln.strip() for ln in body.splitlines()
-            if ln.startswith(("CSAN detected", "Access by stream", "Previous access by stream"))
-            or ln.startswith(("aten::", "reading from", "writing to"))]
-    return f"{head}: " + "; ".join(keep[:8])[:700] + " (stacks in the failure file)"
+    lines = [ln.strip() for ln in body.splitlines()]
+    keep = [ln for ln in lines if ln.startswith("CSAN detected")][:1]
+    for i, ln in enumerate(lines):
+        if ln.startswith(("Access by stream", "Previous access by stream")):
+            keep += [ln, *lines[i + 1:i + 3]]  # the kernel's schema, then "reading from ..." / "writing to ..."
+        if len(keep) >= 7:
+            break
+    return f"{head}: " + "; ".join(keep)[:700] + " (stacks in the failure file)"
 
 
 def _read_all(result) -> None:

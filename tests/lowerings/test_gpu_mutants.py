@@ -78,6 +78,7 @@ def test_gpu_nondeterminism_is_named_shrunk_counted_and_sanitized(key, tmp_path)
     rep = check_lowering(lw, load(), strategy=cases(lw, limits=Limits(max_batch=4, max_context=256)),
                          settings=profile_settings("ci", max_examples=30), opts=RunOptions(device="cuda"),
                          yardstick=lowerings.get("sdpa"), sanitizer=sanitize)
+    assert rep.status == "fail" and rep.failures, f"{key} was not caught: {rep.extra}"
     write_reports(tmp_path, [rep], device="cuda", profile="ci", tolerances="tolerances.toml")
     saved = json.loads(sorted((tmp_path / "failures").glob("*.json"))[0].read_text())
     print(f"{key}: {time.perf_counter() - t0:.1f}s, {rep.cases} cases; shrunk to {rep.failures[0].outcome.case.short()}; "

@@ -10,12 +10,10 @@ the canary-read mutant stays a canary read. CPU only; the GPU mutants are in tes
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import lowerings
 from lowerings.protocol import LoweringResult
