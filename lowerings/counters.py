@@ -5,6 +5,12 @@ with `counted(name)`); a `KernelCounter` context collects them. The framework co
 with the lowering's `expected_calls(case)`: any other kernel, or another count, is a silent fallback.
 Compilations (a Triton JIT specialization, a torch.compile graph) are reported with
 `record_compile(name)` and bounded per lowering over a whole run.
+
+Kernel identity for tolerances: `observe(name)` records a call seen from outside the lowering (flashinfer's
+public wrappers, `lowerings.flashinfer_observer`) into a separate channel that the exact call comparison
+never reads; `declare_kernel(call, kernel)` maps a call name to the kernel family it launches (the CUDA
+kernel name torch.profiler lists); `kernel_keys` turns what a case ran into the keys that
+`[kernel."<key>".<dtype>]` entries of `tolerances.toml` match.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class KernelCounter:
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.observed: Counter[str] = Counter()  # `observe`: for kernel identity only, never compared
         self.compiles: Counter[str] = Counter()
         self.details: dict[str, list[dict[str, Any]]] = {}
 
@@ -49,6 +56,45 @@ def record(name: str, count: int = 1, **detail: Any) -> None:
         kc.calls[name] += count
         if detail:
             kc.details.setdefault(name, []).append(detail)
+
+
+def observe(name: str) -> None:
+    """Report one call of `name` seen from outside the lowering (not an entry point it declares)."""
+    for kc in _stack():
+        kc.observed[name] += 1
+
+
+_KERNEL_OF_CALL: dict[str, str] = {}
+
+
+def declare_kernel(call: str, kernel: str) -> None:
+    """Declare that call name `call` launches kernel family `kernel` (e.g. the fa2 prefill kernel for
+    `flashinfer.BatchDecode[tc].run`): a tolerance entry keyed by the kernel then applies to the call."""
+    if not call or not kernel:
+        raise ValueError(f"declare_kernel: two non-empty names, got {call!r}, {kernel!r}")
+    _KERNEL_OF_CALL[call] = kernel
+
+
+def kernel_of_call(call: str) -> str | None:
+    return _KERNEL_OF_CALL.get(call)
+
+
+def kernel_keys(calls: dict[str, int], observed: dict[str, int] | None = None,
+                families: dict[str, str] | None = None, accuracy: tuple[str, ...] = ()) -> dict[str, str]:
+    """The kernel keys of one case, each with why: every call it recorded and every call observed, the
+    kernel family each of those launches (`declare_kernel`, or the lowering's own `kernel_families(case)`
+    passed as `families`), and the keys the lowering claims with its `accuracy` attribute."""
+    keys: dict[str, str] = {}
+    families = families or {}
+    for how, names in (("called", calls), ("observed", observed or {})):
+        for name in sorted(n for n, v in names.items() if v):
+            keys.setdefault(name, f"{how} {name}")
+            kernel = families.get(name) or _KERNEL_OF_CALL.get(name)
+            if kernel:
+                keys.setdefault(kernel, f"kernel {kernel} ran ({how} {name})")
+    for key in accuracy:
+        keys.setdefault(key, f"claimed by the lowering's accuracy attribute ({key})")
+    return keys
 
 
 def record_compile(name: str) -> None:

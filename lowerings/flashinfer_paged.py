@@ -112,6 +112,13 @@ K_MERGE_STATE = "MergeStateInPlaceKernel"
 K_MERGE_TRITON = "_merge_future_block_keys_kernel"  # lowerings/_merge_kernel.py
 K_TRTLLM = "fmhaSm10"  # trtllm-gen cubins are named fmhaSm100*/fmhaSm103*: unverified here (no SM100)
 
+# The kernel family each call launches: a `[kernel."<family>".<dtype>]` tolerance entry applies to every
+# case that made the call, whichever lowering made it (`counters.kernel_keys`).
+for _call, _kernel in ((c_prefill("fa2"), K_PREFILL_FA2), (C_DECODE_TC, K_PREFILL_FA2), (C_DECODE, K_DECODE),
+                       (c_prefill("fa3"), K_PREFILL_FA3), (C_MERGE_STATE, K_MERGE_STATE), (C_APPEND, K_APPEND),
+                       (C_BATCH_POS, K_BATCH_POS), (C_TRTLLM_DECODE, K_TRTLLM), (C_TRTLLM_CONTEXT, K_TRTLLM)):
+    counters.declare_kernel(_call, _kernel)
+
 
 # ---- availability ---------------------------------------------------------------------------------
 def flashinfer_status() -> tuple[bool, str]:

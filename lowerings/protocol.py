@@ -73,6 +73,12 @@ class Lowering(Protocol):
       `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
       poisoned, guarded buffers and checks that the returned tensors are those buffers, that every
       element was written, and that nothing was written past either end.
+    - `accuracy` (default None): the accuracy class the lowering claims, as kernel keys (a string or a
+      tuple of strings, e.g. `"BatchPrefillWithPagedKVCacheKernel"`): the `[kernel."<key>".<dtype>]`
+      entries of `tolerances.toml` apply to its cases as if that kernel had run. Kernels it runs apply
+      without it (`lowerings.counters.kernel_keys`); the claim is for kernels the framework cannot see.
+      Every verdict names the entry that set its bounds and why ("claimed by the lowering's accuracy
+      attribute").
     - `prepare(inputs) -> Callable[[], LoweringResult]` (used by `dflash-parity bench`): does every
       host-side step of `run(inputs)` once (planning, index building, output allocation) and returns a
       zero-argument function that launches only the device work, on the same tensors and buffers every
@@ -100,12 +106,28 @@ class Lowering(Protocol):
 
 
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
-OPTIONAL_ATTRIBUTES = {"writes_given_output": False}
+OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None}
 
 
 def writes_given_output(lowering: object) -> bool:
     """Whether `lowering` declares that it writes into the `out`/`lse_out` buffers it is given."""
     return bool(getattr(lowering, "writes_given_output", False))
+
+
+def accuracy_claims(lowering: object) -> tuple[str, ...]:
+    """The kernel keys a lowering's `accuracy` attribute claims (empty when it has none)."""
+    acc = getattr(lowering, "accuracy", None)
+    if acc is None:
+        return ()
+    return (acc,) if isinstance(acc, str) else tuple(acc)
+
+
+def _accuracy_problem(acc: object) -> str | None:
+    if acc is None or (isinstance(acc, str) and acc):
+        return None
+    if isinstance(acc, tuple) and acc and all(isinstance(k, str) and k for k in acc):
+        return None
+    return f"'accuracy' must be None, a kernel key (a non-empty string) or a tuple of them, got {acc!r}"
 REQUIRED_METHODS = ("available", "supports", "expected_calls", "run")
 
 
@@ -124,6 +146,9 @@ def protocol_violations(obj: object) -> list[str]:
         wgo = getattr(obj, "writes_given_output", False)
         if not isinstance(wgo, bool):
             problems.append(f"'writes_given_output' must be True or False, got {wgo!r}")
+        acc = _accuracy_problem(getattr(obj, "accuracy", None))
+        if acc:
+            problems.append(acc)
     return problems
 
 

@@ -394,6 +394,7 @@ def _check(args) -> int:
         say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
                                      shards=shard_counts, header=header)
+        report_mod.note_unmatched(data, pol.entry_names())
         _report_written("the report", report_dir, report_mod.write_merged, report_dir,
                         provenance.finish(data, interrupted=interrupted))
         if header is not None:
@@ -418,6 +419,10 @@ def _check(args) -> int:
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT,
                                     inflight_dir=work_dir / "inflight")
     where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
+    sanitizer = None
+    if device == "cuda":  # a nondeterministic failure is replayed under torch.cuda._sanitizer (parity.sanitizer)
+        from parity import sanitizer as san
+        sanitizer = lambda name, case, hist: san.replay(name, case, hist, plugins=args.plugin)  # noqa: E731
     results = []
     try:
         for n, lw in enumerate(selected, 1):
@@ -444,7 +449,7 @@ def _check(args) -> int:
                                      replay=replays[lw.name], progress=_progress(args.quiet, lines=args.part,
                                                                        label=shards_mod.shard_label(lw.name, shard)),
                                      target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
-                                     shard=shard)
+                                     shard=shard, flaky_runs=PROFILES[args.profile].flaky_runs, sanitizer=sanitizer)
             if not args.quiet and sys.stderr.isatty() and not args.part:
                 print(file=sys.stderr)
             results.append(rep)
@@ -472,7 +477,8 @@ def _check(args) -> int:
     # stale failure files of the re-checked lowerings go (write_failure_files); this run writes its own
     data = _report_written("the report", report_dir, report_mod.write_reports, work_dir, results, device=device,
                            profile=args.profile, tolerances=pol.source, part=part, amend_part=amend,
-                           replay=replay_args, plugins=plugins, header=header)
+                           replay=replay_args, plugins=plugins, header=header,
+                           policy_entries=pol.entry_names())
     if header is not None:
         rundir.end(report_dir, header["run_id"])
     code = _finish(args, data, report_dir, t0)
@@ -501,6 +507,8 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
             line = report_mod.phase_line(v)
             if line:
                 print(f"  time {name}: {line}", file=sys.stderr)
+    for entry in data.get("tolerances_unmatched", []):  # a typo must not leave the default in place unseen
+        print(report_mod.unmatched_line(data.get("tolerances") or "tolerances.toml", entry), file=sys.stderr)
     failed = [(n, v) for n, v in data["lowerings"].items() if v["status"] == "fail"]
     for name, v in failed:
         for note in v.get("notes", []):
@@ -514,6 +522,8 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
                 print(f"  {json.dumps(f['case'])[:200]}")
             for msg in f["failures"]:
                 print(f"  - {msg}")
+            if f.get("runs"):
+                print(f"  re-run: {f['runs']}")
             print(f"  replay: {report_mod.replay_command(report_dir / f['file'], f.get('replay_args'))}")
             print(f"  {f['example']}")
     where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
@@ -582,6 +592,7 @@ def cmd_repro(args) -> int:
     device, pol = _setup(args, probe=not args.no_isolate)
     check_case_fits(case, device, str(path))
     named = wrapper.get("lowering")
+    history = _history_of(wrapper, path)
     names = args.lowering or ([named] if named else [])
     if not names:
         raise InvalidInput("--lowering", f"{path} names no lowering; pass --lowering NAME")
@@ -604,6 +615,11 @@ def cmd_repro(args) -> int:
                     print(f"{name}: cannot run on {device}: {why}")
                     worst = max(worst, EXIT_USAGE)
                     continue
+                if history:  # the failure depends on state earlier calls left: replayed with them
+                    print(f"{name}: first the {len(history)} case(s) that ran before it (the failure depends on the "
+                          f"state a previous call leaves), the latest {history[-1].short()}")
+                    for h in history:
+                        run(lw, h, pol, opts, yard)
                 out = run(lw, case, pol, opts, yard)
                 if out.status == INVALID:  # the oracle is not finite on this case: bad input, never a verdict
                     where, _, rule = out.reason.partition(": ")
@@ -625,6 +641,21 @@ def cmd_repro(args) -> int:
         if executor is not None:
             executor.close()
     return worst
+
+
+def _history_of(wrapper: dict, path: Path) -> list:
+    """The cases a failure file says must run first, oldest first (its classification found that the failure
+    depends on the state a previous call leaves), or none."""
+    from oracle.case import Case
+
+    c = wrapper.get("classification") or {}
+    if not isinstance(c, dict) or not c.get("depends_on_history"):
+        return []
+    hist = c.get("history") or []
+    if not isinstance(hist, list):
+        raise InvalidInput(f"{path}: classification.history", "an array of cases")
+    return [Case.from_json_dict(h, source=f"{path}: classification.history[{i}]")
+            for i, h in reversed(list(enumerate(hist)))]
 
 
 def cmd_gate(args) -> int:

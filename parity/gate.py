@@ -216,6 +216,36 @@ def _bound_problems(name: str, ob: dict[str, Any] | None, nb: dict[str, Any], ba
     return out
 
 
+def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults: dict[str, Any]) -> list[Problem]:
+    """looser-bounds and loose-bounds for the `[kernel."<key>".<dtype>]` entries of the new policy: they set
+    the bounds of whichever cases ran that kernel (chosen per case, so no lowering's recorded bounds show
+    them). Each value is compared with the same entry in the baseline, else with the baseline's defaults."""
+    from parity.policy import CEILINGS
+
+    out: list[Problem] = []
+    old_over, new_over = po.get("overrides", {}), pn.get("overrides", {})
+    for entry, e in sorted(new_over.items()):
+        if not entry.startswith("kernel."):
+            continue
+        dtype = entry.rsplit(".", 1)[-1]
+        before = old_over.get(entry, {}).get("values")
+        for key, val in sorted((e.get("values") or {}).items()):
+            ceiling = CEILINGS.get(key)
+            if ceiling is not None and dtype in ceiling.per_dtype and float(val) > ceiling.per_dtype[dtype]:
+                out.append(Problem("loose-bounds", f"`{entry}` {key} = {float(val):g} is past the sanity ceiling "
+                                                   f"{ceiling.per_dtype[dtype]:g} ({ceiling.reason})"))
+            if before is not None:
+                old, against = before.get(key), "the baseline's same entry"
+                old = None if old is None else float(old)
+            else:
+                b = base_defaults.get(dtype, {}).get(key)
+                old, against = (None if b is None else float(b.get("value", 0.0))), "the baseline's defaults (a new kernel entry)"
+            if old is not None and float(val) > old:
+                out.append(Problem("looser-bounds", f"`{entry}` {key} got looser: {old:g} ({against}) -> {float(val):g} "
+                                                    f"({e.get('reason') or 'no reason given'})"))
+    return out
+
+
 def _settings_problems(o: dict[str, Any], n: dict[str, Any]) -> list[Problem]:
     so, sn = o["settings"], n["settings"]
     out = []
@@ -312,6 +342,8 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
             for key, b in keys.items():
                 if str(b.get("source", "")).startswith("defaults."):
                     base_defaults.setdefault(dtype, {})[key] = b
+
+    problems += _kernel_entry_problems(baseline["policy"], new["policy"], base_defaults)
 
     rows = ["| lowering | before | after | judged before -> after | worst margin before -> after | change |",
             "|---|---|---|---|---|---|"]

@@ -37,7 +37,7 @@ import time
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from oracle.case import Case
 from oracle.errors import InvalidInput
@@ -290,11 +290,35 @@ class IsolatedExecutor:
     # ---- one case ---------------------------------------------------------------------------------------
     def run(self, lowering_name: str, case: Case) -> CaseOutcome:
         """Run `case` through the lowering named `lowering_name` in the worker; see the module docstring."""
+        msg, crash, seconds = self._exchange(lowering_name, case, {})
+        if crash:
+            return self._crash(lowering_name, case, crash, seconds)
+        return CaseOutcome.from_json(msg["outcome"])
+
+    def probe(self, lowering_name: str, case: Case, runs: int, history: Sequence[Case] = ()):
+        """`parity.flakiness.probe` in the worker (identical runs compared bit for bit, there where the
+        tensors are); a worker that dies or hangs on it gives a probe with that error."""
+        from parity.flakiness import Probe
+
+        extra = {"probe": {"runs": runs, "history": [h.to_json_dict() for h in history]}}
+        msg, crash, _ = self._exchange(lowering_name, case, extra)
+        if crash:
+            return Probe(runs, errors=(crash,))
+        return Probe.from_json(msg["probe"])
+
+    def leave_state(self, lowering_name: str, case: Case) -> None:
+        """`parity.flakiness.leave_state` in the worker: one call, its result dropped (a history replay)."""
+        self._exchange(lowering_name, case, {"leave_state": True})
+
+    def _exchange(self, lowering_name: str, case: Case, extra: dict[str, Any]
+                  ) -> tuple[dict[str, Any] | None, str | None, float]:
+        """Send one request, wait for the answer: `(answer, None, seconds)`, or `(None, crash message, seconds)`
+        when the worker died or hung on it."""
         self._ensure_started(lowering_name)
         path = self._write_inflight(lowering_name, case)
         t0 = time.perf_counter()
         try:
-            self._conn.send({"lowering": lowering_name, "case": case.to_json_dict()})
+            self._conn.send({"lowering": lowering_name, "case": case.to_json_dict(), **extra})
             answered = self._conn.poll(self.case_timeout)
         except KeyboardInterrupt:
             self._remove(path)  # interrupted, not crashed: no case to replay
@@ -305,22 +329,20 @@ class IsolatedExecutor:
         if not answered:
             self._kill()
             self.crashes += 1
-            return self._crash(lowering_name, case, f"hung: no result after {self.case_timeout:g} s; worker killed",
-                               time.perf_counter() - t0)
+            return None, f"hung: no result after {self.case_timeout:g} s; worker killed", time.perf_counter() - t0
         try:
             msg = self._conn.recv()
         except (EOFError, OSError):
             code = self._reap()
             self.crashes += 1
-            return self._crash(lowering_name, case, f"crashed: worker {describe_exit(code)} while running this case",
-                               time.perf_counter() - t0)
+            return None, f"crashed: worker {describe_exit(code)} while running this case", time.perf_counter() - t0
         self._remove(path)
         self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
         if "hook_failure" in msg:
             raise HookFailure.from_json(msg["hook_failure"])
         if "error" in msg:
             raise WorkerError(f"{lowering_name} on {case.short()}: {msg['error']}\n{msg.get('traceback', '')}")
-        return CaseOutcome.from_json(msg["outcome"])
+        return msg, None, time.perf_counter() - t0
 
     @staticmethod
     def _crash(lowering: str, case: Case, message: str, seconds: float) -> CaseOutcome:
@@ -466,8 +488,19 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
                 answer = {"available": [ok, why]}
             else:
                 case = Case.from_json_dict(msg["case"], source="parent")
-                out = run_case(lw, case, pol, opts, yard)
-                answer = {"outcome": out.to_json()}
+                if msg.get("leave_state"):  # parity.flakiness: a history case's call, for the state it leaves
+                    from parity.flakiness import leave_state
+
+                    leave_state(lw, case, opts)
+                    answer = {"done": True}
+                elif "probe" in msg:  # parity.flakiness: identical runs compared bit for bit, here where the tensors are
+                    from parity.flakiness import probe
+
+                    hist = [Case.from_json_dict(h, source="parent") for h in msg["probe"].get("history", [])]
+                    answer = {"probe": probe(lw, case, opts, int(msg["probe"]["runs"]), hist).to_json()}
+                else:
+                    out = run_case(lw, case, pol, opts, yard)
+                    answer = {"outcome": out.to_json()}
         except HookFailure as hf:  # the lowering's hook raised, exited or hung: its failure, said by the parent
             answer = {"hook_failure": hf.to_json()}
         except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)

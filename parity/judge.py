@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -67,14 +67,16 @@ def nonfinite_message(label: str, out: torch.Tensor, ref: torch.Tensor, names: t
 
 def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out: torch.Tensor,
             ref_lse: torch.Tensor, *, dtype: str, tol: Tolerance,
-            yardstick_out: torch.Tensor | None = None) -> Comparison:
+            yardstick_out: torch.Tensor | None = None, bound_from: Mapping[str, str] | None = None) -> Comparison:
     """Judge `out [B, K, Hq, D]` and natural-log `lse_nat [B, K, Hq]` against the oracle's fp32 values.
 
     Criteria (SEMANTICS.md 5): max abs error in ulps of `max |O_ref|`; relative L2; the yardstick rule
     when `yardstick_out` (torch SDPA in the working dtype) is given; LSE abs error in natural-log units;
-    NaN/Inf where the oracle is finite always fails.
+    NaN/Inf where the oracle is finite always fails. `bound_from` (tolerance key -> "from [entry]: reason",
+    `ToleranceSource.citations()`) is quoted next to each bound a failure names.
     """
     cmp = Comparison(label)
+    src = _citer(bound_from)
     names4 = ("b", "i", "h", "d")
     if tuple(out.shape) != tuple(ref_out.shape):
         cmp.failures.append(f"{label}: output shape {tuple(out.shape)}, expected {tuple(ref_out.shape)}")
@@ -103,11 +105,11 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         if ulps > tol.out_max_ulp:
             cmp.failures.append(
                 f"{label}: max |O - O_ref| = {max_abs:.4g} = {ulps:.2f} ulp of max|O_ref| = {ref_max:.4g} "
-                f"(bound {tol.out_max_ulp:g} ulp) at {_fmt_where(worst)}: got {float(o.flatten()[flat]):.6g}, "
+                f"(bound {tol.out_max_ulp:g} ulp{src('out_max_ulp')}) at {_fmt_where(worst)}: got {float(o.flatten()[flat]):.6g}, "
                 f"expected {float(r.flatten()[flat]):.6g}")
         cmp.margins["out_rel_l2"] = rel_l2 / tol.out_rel_l2
         if rel_l2 >= tol.out_rel_l2:
-            cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}")
+            cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}{src('out_rel_l2')}")
     if yardstick_out is not None and math.isfinite(max_abs):
         y = yardstick_out.detach().to(device=ref_out.device, dtype=torch.float64)
         y_err = float((y - r).abs().max()) if y.numel() else 0.0
@@ -118,13 +120,19 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         if max_abs > bound:
             cmp.failures.append(
                 f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x the working-dtype SDPA's "
-                f"{y_err:.4g} + {tol.yardstick_floor_ulp:g} ulp = {bound:.4g} (yardstick)")
+                f"{y_err:.4g} + {tol.yardstick_floor_ulp:g} ulp = {bound:.4g} (yardstick{src('yardstick_factor')})")
     if lse_nat is not None:
-        cmp_lse(cmp, label, lse_nat, ref_lse, tol)
+        cmp_lse(cmp, label, lse_nat, ref_lse, tol, bound_from)
     return cmp
 
 
-def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.Tensor, tol: Tolerance) -> None:
+def _citer(bound_from: Mapping[str, str] | None):
+    """`src(key)` -> `" from [entry]: reason"` (with a leading space), or "" without `bound_from`."""
+    return lambda key: f" {bound_from[key]}" if bound_from and bound_from.get(key) else ""
+
+
+def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.Tensor, tol: Tolerance,
+            bound_from: Mapping[str, str] | None = None) -> None:
     names3 = ("b", "i", "h")
     if tuple(lse_nat.shape) != tuple(ref_lse.shape):
         cmp.failures.append(f"{label}: LSE shape {tuple(lse_nat.shape)}, expected {tuple(ref_lse.shape)}")
@@ -164,6 +172,10 @@ def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.T
             hint = " (got = expected x ln 2: a base-2 LSE converted twice?)"
         elif exp != 0 and abs(got / exp - 1 / math.log(2)) < 1e-3:
             hint = " (got = expected / ln 2: a base-2 LSE taken as natural log?)"
-        cmp.failures.append(f"{label}: max |LSE - LSE_ref| = {max_abs:.4g} (natural log; bound {worst_bound:.4g}) "
+        cite = _citer(bound_from)
+        src = cite("lse_abs")
+        if tol.lse_rel > 0 and cite("lse_rel") != src:
+            src += f"; lse_rel{cite('lse_rel')}"
+        cmp.failures.append(f"{label}: max |LSE - LSE_ref| = {max_abs:.4g} (natural log; bound {worst_bound:.4g}{src}) "
                             f"at {_fmt_where(worst)}: got {got:.6g}, expected {exp:.6g}{hint}")
 

@@ -278,7 +278,7 @@ def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
         try:
             rep = check_lowering(lowering, parity_policy, strategy=cases(lowering, limits=limits, **fixed), settings=s,
                                  opts=opts, yardstick=lowerings.get("sdpa"), target=PROFILES[parity_profile].target,
-                                 executor=executor)
+                                 executor=executor, flaky_runs=PROFILES[parity_profile].flaky_runs)
         finally:
             if executor is not None:
                 executor.close()

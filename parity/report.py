@@ -35,8 +35,13 @@ command}`.
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
+        "bounds": {ENTRY: {"cases": int, "why": str}} (the tolerance entries that set its cases' bounds,
+                  parity.policy.ToleranceSource.label, and why they applied; optional),
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str,
-                      "figures": {...} (the failing case's; optional), "replay_args": [str] (optional)}]}}}
+                      "figures": {...} (the failing case's; optional), "replay_args": [str] (optional),
+                      "runs": str ("failed k of R runs"; optional), "classification": {...} (optional,
+                      parity.flakiness.Classification.to_json), "sanitizer": str (optional)}]}},
+     "tolerances_unmatched": [ENTRY] (optional: tolerances.toml entries that matched no case in this run)}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
 """
@@ -152,7 +157,8 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             cj = f.outcome.case.to_json_dict()
             fails.append({"file": f"failures/{failure_filename(r.lowering, n)}", "shrunk": f.shrunk, "case": cj,
                           "failures": f.outcome.failures, "example": example_line(cj),
-                          "figures": _failure_figures(f.outcome), "replay_args": list(replay or [])})
+                          "figures": _failure_figures(f.outcome), "replay_args": list(replay or []),
+                          **failure_extras(f)})
         out["lowerings"][r.lowering] = _jsonable({
             "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
             "unsupported": r.unsupported, "judged": r.cases - r.unsupported, "calls_checked": r.calls_checked,
@@ -167,8 +173,37 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             "max_compiles_in_a_family": max(r.compile_families.values(), default=0), "max_compiles": r.max_compiles,
             "classes": r.classes, "notes": list(r.extra), "failures": fails,
             "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
+            "bounds": {k: dict(v) for k, v in r.bounds.items()},
         })
     return out
+
+
+def failure_extras(f) -> dict[str, Any]:
+    """What re-running a failure showed (`runs`, `classification`) and the sanitizer's report, when known."""
+    extra: dict[str, Any] = {}
+    c = getattr(f, "classification", None)
+    if c is not None:
+        extra["runs"] = c.runs_line
+        extra["classification"] = c.to_json()
+    if getattr(f, "sanitizer", ""):
+        extra["sanitizer"] = f.sanitizer
+    return extra
+
+
+def note_unmatched(data: dict[str, Any], entries: list[str]) -> list[str]:
+    """Record in `data` (and return) the tolerance entries no case of this run's lowerings used. An entry
+    used by some case is listed in some lowering's `bounds` label (`a + b` when several applied)."""
+    used: set[str] = set()
+    for v in data.get("lowerings", {}).values():
+        for label in v.get("bounds", {}):
+            used.update(label.split(" + "))
+    unmatched = [e for e in entries if e not in used]
+    data["tolerances_unmatched"] = unmatched
+    return unmatched
+
+
+def unmatched_line(source: str, entry: str) -> str:
+    return f"{Path(source).name}: {entry} matched no case in this run"
 
 
 def write_failure_files(report_dir: str | Path, reports: list[LoweringReport], *, device: str,
@@ -184,7 +219,7 @@ def write_failure_files(report_dir: str | Path, reports: list[LoweringReport], *
             payload = {"lowering": r.lowering, "device": device, "shrunk": f.shrunk,
                        "failures": f.outcome.failures, "case": f.outcome.case.to_json_dict(),
                        "figures": _failure_figures(f.outcome), "plugins": (plugins or {}).get(r.lowering, []),
-                       "replay": replay_command(path, replay)}
+                       "replay": replay_command(path, replay), **failure_extras(f)}
             atomic_write(path, dumps(payload) + "\n")
 
 
@@ -206,16 +241,19 @@ def write_progress(report_dir: str | Path, reports: list[LoweringReport], *, dev
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
                   tolerances: str, part: Path | None = None, amend_part=None, replay: list[str] | None = None,
                   plugins: dict[str, list[dict[str, str]]] | None = None,
-                  header: dict[str, Any] | None = None) -> dict[str, Any]:
+                  header: dict[str, Any] | None = None, policy_entries: list[str] | None = None) -> dict[str, Any]:
     """Failure files (the lowerings' old ones removed), then `junit.xml`, `summary.md` and `parity.json`
     (stamped with its verdict, `parity.provenance.finish`); with `part` (a `--jobs` child), the failure
     files and the report data at `part` only (parity.jobs merges the parts), each entry passed through
     `amend_part(entry) -> entry` first when given (a shard's, `parity.shards`). `replay`:
-    `replay_args(...)`; `plugins`: lowering -> `plugin_records`; `header`: `parity.provenance.run_header`."""
+    `replay_args(...)`; `plugins`: lowering -> `plugin_records`; `header`: `parity.provenance.run_header`;
+    `policy_entries` (`Policy.entry_names()`): those no case used are listed (`note_unmatched`), not in a part."""
     from parity.provenance import finish
 
     d = Path(report_dir)
     data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay, header=header)
+    if policy_entries is not None and part is None:
+        note_unmatched(data, policy_entries)
     write_failure_files(d, reports, device=device, replay=replay, plugins=plugins)
     if part is not None:
         if amend_part is not None:
@@ -376,6 +414,12 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
         line = phase_line(v)
         if line:
             lines.append(f"- `{name}` time: {line}")
+    for name, v in lows.items():
+        if v.get("bounds"):
+            lines.append(f"- `{name}` bounds: " + "; ".join(f"`{e}` on {u['cases']} case(s) ({u['why']})"
+                                                          for e, u in v["bounds"].items()))
+    for entry in data.get("tolerances_unmatched", []):
+        lines.append(f"- {unmatched_line(data.get('tolerances') or 'tolerances.toml', entry)}")
     for name in failed:
         v = lows[name]
         lines += ["", f"## `{name}` failed", ""]
@@ -385,6 +429,8 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
             lines.append(f"- shrunk case `{fl['file']}`: {_short_case(fl['case'])}")
             for msg in fl["failures"]:
                 lines.append(f"  - {msg}")
+            if fl.get("runs"):
+                lines.append(f"  - re-run: {fl['runs']}")
             path = Path(report_dir) / fl["file"] if report_dir is not None else fl["file"]
             lines.append(f"  - replay: `{replay_command(path, fl.get('replay_args'))}`")
             lines.append(f"  - `{fl['example']}`")

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from lowerings import counters
-from lowerings.protocol import Lowering, LoweringResult, lse_to_natural, writes_given_output
+from lowerings.protocol import Lowering, LoweringResult, accuracy_claims, lse_to_natural, writes_given_output
 from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
@@ -25,7 +25,7 @@ from parity import hooks
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
-from parity.policy import Policy
+from parity.policy import Policy, Tolerance, ToleranceSource
 
 
 @dataclass
@@ -40,6 +40,9 @@ class CaseOutcome:
     calls: dict[str, int] = field(default_factory=dict)
     expected_calls: dict[str, int] = field(default_factory=dict)
     compiles: dict[str, int] = field(default_factory=dict)
+    observed: dict[str, int] = field(default_factory=dict)  # flashinfer calls seen (kernel identity only)
+    bounds: str = ""  # the tolerance entries that set this case's bounds (ToleranceSource.label)
+    bounds_why: str = ""  # why they applied (ToleranceSource.because)
     reason: str = ""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
@@ -63,7 +66,8 @@ class CaseOutcome:
         return {"lowering": self.lowering, "status": self.status, "case": self.case.to_json_dict(),
                 "failures": self.failures, "reason": self.reason, "margin": _finite(self.margin),
                 "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
-                "compiles": dict(self.compiles), "seconds": round(self.seconds, 4),
+                "compiles": dict(self.compiles), "observed": dict(self.observed), "bounds": self.bounds,
+                "bounds_why": self.bounds_why, "seconds": round(self.seconds, 4),
                 "phases": {k: round(v, 5) for k, v in self.phases.items()},
                 "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
 
@@ -78,7 +82,8 @@ class CaseOutcome:
         return cls(lowering=data["lowering"], case=Case.from_json_dict(data["case"], source="worker answer"),
                    status=data["status"], failures=list(data.get("failures", [])), comparisons=comps,
                    calls=dict(data.get("calls", {})), expected_calls=dict(data.get("expected_calls", {})),
-                   compiles=dict(data.get("compiles", {})), reason=data.get("reason", ""),
+                   compiles=dict(data.get("compiles", {})), observed=dict(data.get("observed", {})),
+                   bounds=data.get("bounds", ""), bounds_why=data.get("bounds_why", ""), reason=data.get("reason", ""),
                    seconds=float(data.get("seconds", 0.0)),
                    phases={k: float(v) for k, v in data.get("phases", {}).items()})
 
@@ -274,7 +279,6 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     outcome = CaseOutcome(lowering.name, case, "pass")
     with _Phase(outcome, "build"):
         inputs, bufs = prepare_inputs(lowering, case, opts)
-    tol = policy.for_lowering(lowering.name, case.dtype)
     with _Phase(outcome, "oracle"):
         ref = reference.attention(inputs)
     bad = oracle_problem(case, ref)
@@ -294,10 +298,14 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         outcome.failures.append(str(err))
         outcome.seconds = time.perf_counter() - t0
         return outcome
+    tol, src = tolerance_for(policy, lowering, case, outcome.calls, outcome.observed)  # from what ran
+    outcome.bounds, outcome.bounds_why = src.label, src.because
     with _Phase(outcome, "judge"):
         if bufs is not None:
             outcome.failures.extend(output_buffer_failures(result, bufs))
-        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out)
+        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out, bound_from=src.citations())
+        for c in comparisons:
+            c.figures["bounds"] = src.label
         outcome.comparisons = comparisons
         for c in comparisons:
             outcome.failures.extend(c.failures)
@@ -324,6 +332,17 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
 _module_run_case = run_case  # check_lowering rebinds the name `run_case` locally (see there)
 
 
+def tolerance_for(policy: Policy, lowering: Lowering, case: Case, calls: dict[str, int],
+                  observed: dict[str, int] | None = None) -> tuple[Tolerance, ToleranceSource]:
+    """The bounds of `case` from what ran (`Policy.for_case`): the calls it recorded and those observed,
+    the kernel families they launch (declared with `counters.declare_kernel` or by the lowering's
+    `kernel_families(case)`), and the kernel keys its `accuracy` attribute claims."""
+    fams = getattr(lowering, "kernel_families", None)
+    families = dict(fams(case)) if callable(fams) else {}
+    keys = counters.kernel_keys(calls, observed, families, accuracy_claims(lowering))
+    return policy.for_case(lowering.name, case.dtype, keys)
+
+
 def _differing_requests(a: torch.Tensor, b: torch.Tensor) -> list[int]:
     diff = (_bits(a) != _bits(b)).reshape(a.shape[0], -1).any(-1)
     return [int(i) for i in diff.nonzero().flatten()]
@@ -343,9 +362,11 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
                    ref: reference.OracleResult, tol) -> list[str]:
     """Second run with the other canary (NaN <-> large finite value in every slot no request owns):
 
-    - a deterministic lowering must give the same bits; where it does not, a third run with the first
-      canary and a fourth with the other tell a read outside the request's keys (third == first and
-      fourth == second) from nondeterminism (anything else, a race that flips every other call too);
+    - a deterministic lowering must give the same bits in everything it returns (output, LSE, each
+      partial); where it does not, a third run with the first canary and a fourth with the other tell a
+      read outside the request's keys (third == first and fourth == second, everything compared) from
+      nondeterminism across identical runs (anything else; when only the first call differs and the
+      later ones agree, it depends on state left by a previous call);
     - a lowering that does not claim determinism is judged again against the oracle.
     Then, for a third of the cases with B >= 2 (by seed), isolation: negating the last request's context
     must leave every other request's output bit-identical.
@@ -360,9 +381,10 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     if not lowering.deterministic:
         comp = compare(f"output with {other} canaries", second.out, None, ref.out, ref.lse, dtype=case.dtype, tol=tol)
         return comp.failures
-    same_out = torch.equal(_bits(second.out), _bits(first.out))
-    same_lse = first.lse is None or second.lse is None or torch.equal(_bits(second.lse), _bits(first.lse))
-    if not (same_out and same_lse):
+    from parity import flakiness as fl  # imports this module
+
+    firsts, seconds = fl.parts_of(first), fl.parts_of(second)
+    if fl.differing_parts(firsts, seconds):  # everything it returns: output, LSE, each partial
         try:
             third = _call(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
@@ -372,13 +394,20 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
                            CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
             return [f"fourth run: {err}"]
-        if torch.equal(_bits(third.out), _bits(first.out)) and torch.equal(_bits(fourth.out), _bits(second.out)):
-            reqs = _differing_requests(first.out, second.out) or _differing_requests(first.lse, second.lse)
-            msgs.append(f"read outside the request's keys: the output of request(s) {reqs} changed when the pool slots "
+        thirds, fourths = fl.parts_of(third), fl.parts_of(fourth)
+        same_canary = fl.differing_parts(firsts, thirds) or fl.differing_parts(seconds, fourths)
+        if not same_canary:
+            what, reqs = fl.differing_requests(firsts, seconds)
+            what = f"the {what}" if what in ("output", "LSE") else what
+            msgs.append(f"read outside the request's keys: {what} of request(s) {reqs} changed when the pool slots "
                         f"no request owns (spare pages, the tail of each last page) held {other} instead of {opts.canary}")
         else:
-            n = int((_bits(third.out) != _bits(first.out)).sum())
-            msgs.append(f"nondeterministic: a second run on the same inputs changed {n} output element(s)")
+            odd_first = not fl.differing_parts(thirds, seconds) and not fl.differing_parts(fourths, seconds)
+            detail = (f"a run on the same inputs (same canary {opts.canary}) changed "
+                      f"{fl.describe_diffs(fl.differing_parts(firsts, thirds) or fl.differing_parts(seconds, fourths))}")
+            if odd_first:
+                detail += "; only the first call (after a different case) differs, the later ones agree"
+            msgs.append(fl.nondeterminism_message(detail, odd_first))
         return msgs
     B = case.batch_size
     if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0:
@@ -413,6 +442,10 @@ def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions) -> lis
 
 
 def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
+    from lowerings import flashinfer_observer
+
+    flashinfer_observer.install_import_hook()
+    flashinfer_observer.ensure_observed()
     with counters.KernelCounter() as kc:
         try:
             result = lowering.run(inputs)
@@ -425,6 +458,7 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
             # where in the lowering's own file (a plugin's), and the innermost frame (torch's, ...)
             raise LoweringError(f"{lowering.name} raised {hooks.describe_exception(err, lowering)}") from None
     outcome.calls = dict(kc.calls)
+    outcome.observed = dict(kc.observed)
     outcome.compiles = dict(kc.compiles)
     if not isinstance(result, LoweringResult):
         raise LoweringError(f"{lowering.name}.run returned {type(result).__name__}, expected LoweringResult")
@@ -438,16 +472,18 @@ def _call(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringR
 
 
 def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: LoweringResult,
-                 ref: reference.OracleResult, tol, yard_out) -> list[Comparison]:
-    """The main comparison, then one per partial (each against the oracle over its own key subset)."""
+                 ref: reference.OracleResult, tol, yard_out, bound_from: dict[str, str] | None = None
+                 ) -> list[Comparison]:
+    """The main comparison, then one per partial (each against the oracle over its own key subset);
+    `bound_from` (`ToleranceSource.citations()`) is quoted next to each bound a failure names."""
     lse_nat = lse_to_natural(result.lse.float(), lowering.lse_base) if result.lse is not None else None
     comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
-                     yardstick_out=yard_out)]
+                     yardstick_out=yard_out, bound_from=bound_from)]
     for name, part in result.partials.items():
         pref = reference.attention(inputs, window=part.window, key_mask=part.key_mask,
                                    future_block_keys_right=part.future_block_keys_right)
         comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
-                             pref.out, pref.lse, dtype=case.dtype, tol=tol))
+                             pref.out, pref.lse, dtype=case.dtype, tol=tol, bound_from=bound_from))
     return comps
 
 
@@ -499,10 +535,13 @@ def compile_family(lowering: Lowering, case: Case) -> tuple:
 
 @dataclass
 class Failure:
-    """A shrunk failing case with its outcome."""
+    """A shrunk failing case with its outcome; what re-running it showed (`parity.flakiness.Classification`,
+    "failed k of R runs") and, on CUDA, what the stream sanitizer found replaying it."""
 
     outcome: CaseOutcome
     shrunk: bool
+    classification: Any = None
+    sanitizer: str = ""
 
 
 @dataclass
@@ -531,6 +570,7 @@ class LoweringReport:
     extra: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
     interrupted: bool = False  # stopped by KeyboardInterrupt (SIGINT): a partial run, reported as a failure
+    bounds: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry label -> {"cases": n, "why": str}
 
     @property
     def worst_margin(self) -> float:
@@ -547,6 +587,9 @@ class LoweringReport:
             return
         if family is not None:
             self.compile_families[family] = self.compile_families.get(family, 0) + sum(out.compiles.values())
+        if out.bounds:
+            used = self.bounds.setdefault(out.bounds, {"cases": 0, "why": out.bounds_why})
+            used["cases"] += 1
         cls = self.classes.setdefault(case_class(out.case), {"cases": 0, "failed": 0})
         cls["cases"] += 1
         cls["failed"] += out.status == "fail"
@@ -690,11 +733,25 @@ def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) ->
     return report
 
 
+def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
+    """`parity.flakiness.name_failures`; SIGINT while re-running keeps the report (marked interrupted)."""
+    from parity import flakiness as fl
+
+    try:
+        fl.name_failures(report, reruns.classify, sanitizer)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.status = "fail"
+        report.extra.append("interrupted while re-running a failure to classify it: a partial run, not a verdict")
+
+
 def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
                    yardstick: Lowering | None = None, replay: list[Case] = (),
                    progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
                    target: bool = False, seed: int | None = None,
-                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None) -> LoweringReport:
+                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
+                   flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None
+                   ) -> LoweringReport:
     """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded.
 
     `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
@@ -704,18 +761,29 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     `shard=(i, n)` runs every n-th drawn case from the i-th (`_sharded_run_case`; 0 <= i < n).
     A hook of the lowering (`available`, `supports`, ...) that raises, exits or hangs fails the lowering at
     once, naming the hook, the time and the case (`parity.hooks`; not shrunk); the caller goes on.
+    Each failure is then re-run `flaky_runs` (R) times and classified (`parity.flakiness`: "failed k of R
+    runs", nondeterministic, state-dependent); a failure that passed on hypothesis's replay is shrunk in a
+    second search where a case fails if it fails in one of R runs; `sanitizer(lowering_name, case, history)`
+    (on CUDA: `parity.sanitizer`) replays a nondeterministic one and its report is attached. 0: none of it.
     """
     # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
     # given profile draws the same cases in process and isolated.
     run_case = _module_run_case if executor is None else _executor_run_case(executor)
+    from parity import flakiness as fl  # imports this module
+
+    judge_again = _stops_on_interrupt(run_case)  # re-runs that classify a failure (not absorbed in the report)
+    reruns = fl.Reruns(lowering, opts, lambda c: judge_again(lowering, c, policy, opts, yardstick), executor,
+                       flaky_runs)
+    run_case = base_run_case = reruns.history.wrap(run_case)
 
     t0 = time.perf_counter()
     report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
     try:
         return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
-                               executor=executor, shard=shard, run_case=run_case)
+                               executor=executor, shard=shard, run_case=run_case, flaky_runs=flaky_runs,
+                               sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case)
     except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
         return hook_failure_report(report, hf, t0)
 
@@ -723,9 +791,12 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
 def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, t0: float, *, strategy, settings,
                     opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
-                    run_case: Callable[..., CaseOutcome]) -> LoweringReport:
+                    run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
+                    base_run_case: Callable[..., CaseOutcome]) -> LoweringReport:
     from hypothesis import given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
+
+    from parity import flakiness as fl
 
     ok, why = lowering_available(lowering, opts.device, executor)
     if not ok:
@@ -751,6 +822,8 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     if report.failures:
         report.status = "fail"
         report.extra.append("a saved failure still fails; fix it before new cases are drawn")
+        if flaky_runs:
+            _name_failures(report, reruns, sanitizer)
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -773,9 +846,24 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         if out.status == "fail":
             raise _CaseFailed(out)
 
+    if seed is None and not settings.derandomize and flaky_runs:
+        import random  # a seed of our own: the search that shrinks a flaky failure draws the same cases
+        seed = random.getrandbits(64)
     if seed is not None:
         from hypothesis import seed as hyp_seed
         prop = hyp_seed(seed)(prop)
+
+    def search_again(shrinking_run_case) -> None:
+        """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database."""
+        nonlocal run_case
+        from hypothesis import settings as hyp_settings
+        run_case = _refusing_invalid(_stops_on_interrupt(shrinking_run_case))
+        again = hyp_settings(settings, database=None)(given(case=strategy)(prop.hypothesis.inner_test))
+        if seed is not None:
+            from hypothesis import seed as hyp_seed
+            again = hyp_seed(seed)(again)
+        again()
+
     try:
         prop()
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
@@ -788,13 +876,23 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                          f"judged): nothing judged")
     except _CaseFailed as err:
         report.failures.append(Failure(err.outcome, shrunk=True))
-    except Flaky as err:  # failed, then passed on hypothesis's replay: a timing-dependent crash or hang, a race
+    except Flaky as err:  # failed, then passed on hypothesis's replay: a race, a crash or hang, state
         failed = _case_failures(err)
         if not failed:
             raise
-        report.failures.append(Failure(failed[0].outcome, shrunk=False))
-        report.extra.append(f"flaky: the case below failed, then passed when hypothesis replayed it "
-                            f"({failed[0].outcome.failures[0][:120]}); not shrunk")
+        if not flaky_runs:
+            report.failures.append(Failure(failed[0].outcome, shrunk=False))
+            report.extra.append(f"flaky: the case below failed, then passed when hypothesis replayed it "
+                                f"({failed[0].outcome.failures[0][:120]}); not shrunk")
+        else:
+            try:
+                fl.shrink_flaky(report, [f.outcome for f in failed], reruns, base_run_case, search_again)
+            except KeyboardInterrupt:
+                report.interrupted = True
+                report.failures.append(Failure(failed[0].outcome, shrunk=False))
+                report.extra.append("interrupted while shrinking a flaky failure: a partial run, not a verdict")
+    if flaky_runs and report.failures and not report.interrupted:
+        _name_failures(report, reruns, sanitizer)
     msg = compile_budget_message(lowering, report)
     if msg:
         report.extra.append(msg)

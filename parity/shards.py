@@ -119,7 +119,12 @@ def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
             phases["draw"] = round(phases.get("draw", 0.0) + float(v["seconds"]) - timed, 3)
         for fam, n in v.get(FAMILY_KEYS, {}).items():
             families[fam] = max(families.get(fam, 0), n)
-    out.update(compiles=compiles, classes=classes, phase_seconds=phases)
+    bounds: dict[str, dict[str, Any]] = {}
+    for v in ran:
+        for e, u in v.get("bounds", {}).items():
+            b = bounds.setdefault(e, {"cases": 0, "why": u.get("why", "")})
+            b["cases"] += int(u.get("cases", 0))
+    out.update(compiles=compiles, classes=classes, phase_seconds=phases, bounds=bounds)
     out["compile_families"] = len(families) if families else max(v.get("compile_families", 0) for v in ran)
     out["max_compiles_in_a_family"] = max(v.get("max_compiles_in_a_family", 0) for v in ran)
     out.pop(FAMILY_KEYS, None)

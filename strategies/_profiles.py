@@ -4,6 +4,10 @@
 - `ci`: derandomized (the same cases every run), no deadline, no database: CI is deterministic.
 - `gpu`: more cases per lowering on a GPU runner, derandomized.
 - `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
+
+`flaky_runs` (R): how many times a failure is re-run before it is named ("failed k of R runs",
+`parity.flakiness`), and how many runs a case gets in the search that shrinks a flaky failure (it fails
+when one of its R runs fails). More runs catch rarer races, at R times the cost of each shrink step.
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ class Profile:
     derandomize: bool
     target: bool
     description: str
+    flaky_runs: int = 4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flaky_runs, bool) or not isinstance(self.flaky_runs, int) or self.flaky_runs < 2:
+            raise ValueError(f"Profile {self.name!r}: flaky_runs must be an integer >= 2, got {self.flaky_runs!r}")
 
 
 PROFILES = {
-    "dev": Profile("dev", 40, False, False, "quick local runs, random draws"),
-    "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database"),
-    "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized"),
-    "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error"),
+    "dev": Profile("dev", 40, False, False, "quick local runs, random draws", flaky_runs=4),
+    "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database", flaky_runs=4),
+    "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized", flaky_runs=8),
+    "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error", flaky_runs=16),
 }
 
 

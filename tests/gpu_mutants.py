@@ -1,4 +1,6 @@
-"""GPU mutants of the flashinfer lowerings: each one realistic bug of BUGS.md, run on a CUDA GPU only."""
+"""GPU mutants: each one realistic bug (BUGS.md), run on a CUDA GPU only. The flashinfer adapters' mutants,
+and a lowering that returns before the work it launched on a side stream is done (`tests/gpu_mutants_plugin.py`
+registers them all for a `check --plugin` run and the stream sanitizer's replay)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import torch
 from lowerings import flashinfer_paged as fp
 from lowerings.protocol import BASE_2, LoweringResult, Partial
 from lowerings.merges import merges_future_block_keys
+from lowerings.torch_emulation import Context
 
 
 class MergeStateNaturalLse(fp.FlashinferWindowedMerge):
@@ -65,6 +68,42 @@ class Fa3SilentlyFa2(fp.FlashinferContext):
 
     def prefill_wrapper(self, inputs, backend):
         return super().prefill_wrapper(inputs, "fa2")  # the bug: the backend switch nobody sees
+
+
+class ReturnsBeforeSideStream(Context):
+    """BUGS 19 (a race): the context FMHA launched on a side stream (clear the outputs, then compute and
+    copy), and `run` returns without making the caller's stream wait for it. The caller's first read
+    races the side stream: on every other call a 25 ms spin (`torch.cuda._sleep`) before the work makes
+    the read land first (zeros, an LSE of -inf); otherwise the work usually wins. Identical runs differ;
+    the stream sanitizer flags the caller's read of a tensor the side stream wrote without a sync."""
+
+    name = "gpu-mutant:returns_before_side_stream"
+    devices = ("cuda",)
+    SPIN_CYCLES = 50_000_000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.side: torch.cuda.Stream | None = None
+        self.calls = 0
+
+    def run(self, inputs):
+        main = torch.cuda.current_stream(inputs.device)
+        if self.side is None:
+            self.side = torch.cuda.Stream(device=inputs.device)
+        out = torch.empty_like(inputs.q)
+        lse = torch.empty(inputs.q.shape[:3], dtype=torch.float32, device=inputs.device)
+        self.side.wait_stream(main)  # the inputs are ready
+        self.calls += 1
+        with torch.cuda.stream(self.side):
+            out.zero_()
+            lse.fill_(float("-inf"))
+            if self.calls % 3 == 0:
+                torch.cuda._sleep(self.SPIN_CYCLES)
+            res = super().run(inputs)
+            out.copy_(res.out)
+            lse.copy_(res.lse)
+        # BUG: no `main.wait_stream(self.side)` (nor `out.record_stream(self.side)`) before returning
+        return LoweringResult(out=out, lse=lse)
 
 
 GPU_MUTANTS = {

@@ -156,6 +156,78 @@ class UninitializedAccumulator(Sdpa):
         return LoweringResult(out=acc.to(res.out.dtype), lse=res.lse)
 
 
+class StaleRunningMax(Sdpa):
+    """Seeds each row's running max from a workspace the previous call left behind (the kernel's
+    `m = max(m_prev, s)` with `m_prev` read from a scratch slot it never initializes), and stores its row
+    maxima there. Softmax is invariant to the offset, so every result is within tolerance; but the rounding
+    follows the offset: a call after a different case (whose maxima exceed this one's) gives LSEs ~6e-8
+    apart from a call after the same case, with output bits mostly unchanged. Only running the same
+    inputs again shows it, and only the first call after another case differs. CPU and GPU alike."""
+
+    name = "hardening:stale_running_max"
+    ROWS = 1 << 14
+    _workspace: dict = {}  # device -> fp32 [ROWS]: what the previous calls left (-inf before the first)
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        c = inputs.case
+        ps, K, G, Hq = c.page_size, c.block_size, c.group_size, c.num_q_heads
+        dev = inputs.device
+        ws = self._workspace.get(str(dev))
+        if ws is None:
+            ws = self._workspace[str(dev)] = torch.full((self.ROWS,), float("-inf"), dtype=torch.float32, device=dev)
+        outs, lses = [], []
+        for b, L in enumerate(inputs.context_lens_host):
+            counters.record("torch.sdpa")
+            t = torch.arange(L, device=dev)
+            pid = inputs.page_table[b].to(torch.long)[t // ps]
+            k_ctx = _paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
+            v_ctx = _paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
+            k = torch.cat([k_ctx, inputs.k_block[b]]).float().transpose(0, 1).repeat_interleave(G, 0)
+            v = torch.cat([v_ctx, inputs.v_block[b]]).float().transpose(0, 1).repeat_interleave(G, 0)
+            pos = L + torch.arange(K, device=dev).view(-1, 1)
+            tt = torch.arange(L + K, device=dev).view(1, -1)
+            left, right = c.window
+            mask = torch.ones((K, L + K), dtype=torch.bool, device=dev)
+            if left != -1:
+                mask &= tt >= pos - left
+            if right != -1:
+                mask &= tt <= pos + right
+            s = (inputs.q[b].float().transpose(0, 1) @ k.transpose(-1, -2)) * c.softmax_scale  # [Hq, K, T]
+            s = s.masked_fill(~mask, float("-inf"))
+            rows = (b * K * Hq + torch.arange(K * Hq, device=dev)) % self.ROWS  # row (i, h) of request b
+            stale = ws[rows].view(K, Hq).transpose(0, 1)  # BUG: the previous call's maxima, never reset
+            m_row = s.amax(-1)
+            m = torch.maximum(m_row, stale)
+            p = torch.exp(s - m[..., None])
+            l = p.sum(-1)
+            o = (p @ v) / l[..., None]
+            lse = m + torch.log(l)
+            ws[rows] = m_row.transpose(0, 1).reshape(-1)
+            outs.append(o.transpose(0, 1).to(inputs.q.dtype))
+            lses.append(lse.transpose(0, 1))
+        return LoweringResult(out=torch.stack(outs), lse=torch.stack(lses))
+
+
+class ReadsBeforeWritten(Sdpa):
+    """A missing stream sync, modelled on a CPU: on one call in `every` the caller gets the output buffer
+    before the work that fills it has run (it holds what the kernel's first step left: zeros, and -inf
+    in the LSE). A per-instance call counter stands in for the timing, so a derandomized sweep replays the
+    same way. Identical runs differ; the GPU version is `tests.gpu_mutants.ReturnsBeforeSideStream`."""
+
+    name = "hardening:reads_before_written"
+    every = 3
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, inputs: Inputs) -> LoweringResult:
+        res = super().run(inputs)
+        self.calls += 1
+        if self.calls % self.every == 0:  # BUG: returned before the (asynchronous) work was done
+            return LoweringResult(out=torch.zeros_like(res.out), lse=torch.full_like(res.lse, float("-inf")))
+        return res
+
+
 class MutatesQ(Sdpa):
     """Uses the last query row of `q` as scratch after reading it (zeroes it in place)."""
 
@@ -293,7 +365,7 @@ class Hang(Sdpa):
 
 
 CLASSES = (SdpaIntoGiven, ReadsPageTail, LastQueryUnwritten, WritesPastEnd, ReturnsNewTensor, AccumulatesIntoGiven,
-           UninitializedAccumulator, MutatesQ, AppendSpills, Segfault, TritonOutOfBounds, CrashOnce, Abort, Exit3,
+           UninitializedAccumulator, StaleRunningMax, ReadsBeforeWritten, MutatesQ, AppendSpills, Segfault, TritonOutOfBounds, CrashOnce, Abort, Exit3,
            Hang)
 
 

@@ -29,7 +29,7 @@ from oracle.inputs import Inputs
 from parity.bench import timing as tm
 from parity.bench.shapes import GiB, PoolKeeper, Shape, build_sets, memory_reason, set_case
 from parity.policy import Policy
-from parity.runner import CaseOutcome, LoweringError, _call, judge_result
+from parity.runner import CaseOutcome, LoweringError, _call, judge_result, tolerance_for
 
 OK, UNAVAILABLE, UNSUPPORTED, SKIPPED, ERROR = "ok", "unavailable", "unsupported", "skipped", "error"
 FORCE_ROWS_THRESHOLD = 1 << 40  # a dispatch threshold no batch reaches: the rows form at every B
@@ -240,8 +240,9 @@ def judge(env: BenchEnv, lowering: Lowering, inputs: Inputs, result: Any, ref: r
     if result.out.dtype != inputs.q.dtype:
         return Verdict(False, math.inf, [f"{prefix}output dtype {result.out.dtype}, expected {inputs.q.dtype}"],
                        lowering.name)
-    tol = env.policy.for_lowering(lowering.name, inputs.case.dtype)
-    comps = judge_result(lowering, inputs.case, inputs, result, ref, tol, None)
+    # The bounds of the kernels it declares (a timed replay records no calls; the eager verdict checks them).
+    tol, src = tolerance_for(env.policy, lowering, inputs.case, dict(lowering.expected_calls(inputs.case)))
+    comps = judge_result(lowering, inputs.case, inputs, result, ref, tol, None, bound_from=src.citations())
     failures = [prefix + f for c in comps for f in c.failures]
     return Verdict(not failures, max((c.margin for c in comps), default=0.0), failures, lowering.name)
 

@@ -268,6 +268,7 @@ class FakeDecodeWrapper:
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, use_tensor_cores=False):
         assert float_workspace_buffer.dtype == torch.uint8
         self.layout, self.tc = kv_layout, use_tensor_cores
+        self._use_tensor_cores, self._backend = use_tensor_cores, "auto"  # as flashinfer's wrapper keeps them
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size, *args,
              pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type="float16",
@@ -282,6 +283,8 @@ class FakeDecodeWrapper:
         self.ps, self.wl, self.sm, self.D = page_size, window_left, sm_scale, head_dim
         self.q_dtype, self.kv_dtype = q_data_type, kv_data_type or q_data_type
         self.heads = (num_qo_heads, num_kv_heads)
+        if self.tc and self._backend == "auto":
+            self._backend = "fa2"  # flashinfer resolves the tensor-core path's backend at plan()
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, **kw):
@@ -308,6 +311,7 @@ class FakePrefillWrapper:
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, backend="auto", **kw):
         assert backend in ("auto", "fa2", "fa3")
         self.layout, self.backend = kv_layout, backend
+        self._backend = backend  # flashinfer's attribute: "auto" until plan() resolves it
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
              num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None,
@@ -321,6 +325,8 @@ class FakePrefillWrapper:
         self.lens = _seq_lens(self.indptr, paged_kv_last_page_len.cpu(), page_size)
         self.ps, self.wl, self.sm, self.D, self.causal = page_size, window_left, sm_scale, head_dim_qk, causal
         self.q_dtype, self.kv_dtype = q_data_type, kv_data_type or q_data_type
+        if self._backend == "auto":
+            self._backend = "fa2"
 
     def run(self, q, paged_kv_cache, *args, k_scale=None, v_scale=None, out=None, lse=None, return_lse=False, **kw):
         k_cache, v_cache = paged_kv_cache

@@ -29,7 +29,7 @@ from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
 from parity import policy as policy_mod
-from parity.runner import judge_result
+from parity.runner import judge_result, tolerance_for
 from tests.lowerings.test_flashinfer_adapters import (
     FakeDecodeWrapper,
     FakePrefillWrapper,
@@ -108,7 +108,7 @@ def same_result(a, b) -> bool:
 def judge(lowering, inputs: Inputs, result) -> list[str]:
     """The runner's judgement (output and every partial against the oracle, yardstick included)."""
     c = inputs.case
-    tol = POLICY.for_lowering(lowering.name, c.dtype)
+    tol, _ = tolerance_for(POLICY, lowering, c, dict(lowering.expected_calls(c)))  # the kernels it declares
     ref = reference.attention(inputs)
     yard = lowerings.get("sdpa").run(inputs.clone()).out
     return [m for cmp in judge_result(lowering, c, inputs, result, ref, tol, yard) for m in cmp.failures]

@@ -164,6 +164,18 @@ def _new_lowering_looser(r):
     _set_bounds(r, "lse_abs", 0.04, source='lowering."pr_lowering_v2".bfloat16', reason="measured", lowering="pr_lowering_v2")
 
 
+FA2 = 'kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16'
+
+
+def _kernel_entry_looser(r):
+    r["policy"]["overrides"][FA2]["values"]["lse_abs"] = 0.04  # under the ceiling, 20x the measured bound
+
+
+def _kernel_entry_new(r):
+    r["policy"]["overrides"]['kernel."my_kernel".bfloat16'] = {"values": {"out_max_ulp": 30.0}, "reason": "measured",
+                                                             "measured_in": []}
+
+
 def _unavailable(r):
     _lw(r).update(status="unavailable", reason="needs a GPU", cases=0, judged=0, passed=0, classes={})
 
@@ -188,6 +200,10 @@ GATE_ROWS = [
     ("new policy sets max_margin_growth 1e12 and the margin grows", "again",
      lambda r: (r["policy"].update(max_margin_growth=1e12), _lw(r).update(worst_margin=0.95)), None,
      ["--accept", "gate-settings"], 1, "**margin-growth**"),
+    ("kernel entry loosened (it sets the bounds of whichever cases ran that kernel)", "again", _kernel_entry_looser,
+     None, [], 1, "lse_abs got looser: 0.002 (the baseline's same entry)"),
+    ("new kernel entry looser than the defaults", "again", _kernel_entry_new, None, [], 1,
+     "out_max_ulp got looser: 8 (the baseline's defaults (a new kernel entry))"),
     ("checked 1 case where the baseline checked 6", "again", _fewer, None, [], 1, "**fewer-cases**"),
     ("judged none: every case unsupported", "again", _judged_none, None, [], 1, "**nothing-judged**"),
     ("supports() declines fp16: classes vanish", "fp16", None, None, [], 1, "**class-removed**"),
@@ -279,7 +295,7 @@ def test_the_report_records_what_was_checked(runs, plugins):
     assert pol["sha256"] == hashlib.sha256((ROOT / "tolerances.toml").read_bytes()).hexdigest()
     b = pol["bounds"][LOWERING]["bfloat16"]["out_max_ulp"]
     assert b == {"value": 8.0, "source": "defaults.bfloat16", "reason": b["reason"]} and "seed 002" in b["reason"]
-    over = pol["overrides"]['lowering."context[flashinfer-fa2]".bfloat16']
+    over = pol["overrides"]['kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16']  # the measured fa2 entry
     assert over["values"] == {"lse_abs": 2e-3, "lse_rel": 2.5e-3} and "fa2" in over["reason"] and over["measured_in"]
     assert data["plugins"] == [{"path": str(plugins["good"].resolve()),
                                 "sha256": hashlib.sha256(plugins["good"].read_bytes()).hexdigest()}]

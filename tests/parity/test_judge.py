@@ -179,16 +179,45 @@ def _toml():
     return tomllib.loads(open(policy_mod.DEFAULT_PATH).read())
 
 
-@pytest.mark.parametrize("name", ["context[flashinfer-fa2]", "decode_rows[flashinfer]", "decode_rows[flashinfer-tc]"])
-def test_fa2_lse_override_still_catches_a_base_mix_up(ref, name):
-    """The measured fa2 override in tolerances.toml (lse_abs 2e-3 plus lse_rel 2.5e-3) passes the
-    errors measured on the H200 and must not hide an LSE in the wrong base."""
-    loose = policy_mod.load().for_lowering(name, "bfloat16")
-    assert loose.lse_abs > TOL.lse_abs and loose.lse_rel > 0  # the override is the one under test
+FA2 = [("context[flashinfer-fa2]", 1), ("decode_rows[flashinfer]", 33), ("decode_rows[flashinfer-tc]", 1)]
+
+
+@pytest.mark.parametrize("name,batch", FA2, ids=[n for n, _ in FA2])
+def test_fa2_lse_entry_still_catches_a_base_mix_up(ref, name, batch):
+    """The measured fa2 entry in tolerances.toml (lse_abs 2e-3 plus lse_rel 2.5e-3), keyed by the kernel,
+    reaches each built-in lowering that calls it (decode_rows[flashinfer] above B=32 only), passes the errors
+    measured on the H200 and must not hide an LSE in the wrong base."""
+    from lowerings import flashinfer_paged as fp
+    from parity.runner import tolerance_for
+
+    adapter = {a.name: a for a in fp.adapters()}[name]
+    case = CASE.replace(context_lens=(3,) * batch, block_size=1, pages=tuple((b,) for b in range(batch)),
+                        num_pages=batch + 1, num_q_heads=4, num_kv_heads=1)
+    loose, src = tolerance_for(policy_mod.load(), adapter, case, adapter.expected_calls(case))
+    assert src.label == '[kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16]', src
+    assert loose.lse_abs > TOL.lse_abs and loose.lse_rel > 0  # the entry is the one under test
     assert compare("output", ref.out, ref.lse * (1 + 2e-3), ref.out, ref.lse, dtype="bfloat16", tol=loose).passed
     assert compare("output", ref.out, ref.lse + 1.174e-3, ref.out, ref.lse, dtype="bfloat16", tol=loose).passed
     c = compare("output", ref.out, ref.lse * math.log(2), ref.out, ref.lse, dtype="bfloat16", tol=loose)
     assert any("converted twice" in f for f in c.failures), c.failures
+
+
+def test_fa2_entry_applies_exactly_when_the_fa2_kernel_ran():
+    """decode_rows[flashinfer] runs the CUDA-core decode kernel up to B=32 (the default bound, as measured)
+    and the fa2 prefill kernel above it (the fa2 entry); the fa3 context never gets the fa2 entry."""
+    from lowerings import flashinfer_paged as fp
+    from parity.runner import tolerance_for
+
+    pol = policy_mod.load()
+    for adapter, batch, label in ((fp.FlashinferDecodeRows(False), 32, "[defaults.bfloat16]"),
+                                  (fp.FlashinferDecodeRows(False), 33,
+                                   '[kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16]'),
+                                  (fp.FlashinferContext("fa3"), 1, "[defaults.bfloat16]")):
+        case = CASE.replace(context_lens=(3,) * batch, block_size=1, pages=tuple((b,) for b in range(batch)),
+                            num_pages=batch + 1)
+        tol, src = tolerance_for(pol, adapter, case, adapter.expected_calls(case))
+        assert src.label == label, (adapter.name, batch, src)
+        assert (tol == pol.defaults["bfloat16"]) == (label == "[defaults.bfloat16]")
 
 
 def test_phases_are_timed_and_reported():

@@ -1,0 +1,300 @@
+"""Tolerances that follow the kernel that ran (issue 14, item 1).
+
+A `[kernel."<key>".<dtype>]` entry of tolerances.toml applies to every case in which that kernel ran: keyed by
+a counter name a lowering records, by the kernel family a call launches (`counters.declare_kernel`), or by a
+flashinfer call the framework observes; a lowering may claim a key with `accuracy`. Precedence: the
+lowering's own entry > kernel entries > the dtype default, per key. Each verdict names the entry and why
+(the outcome, its comparisons' figures, the failure message, parity.json, summary.md); an entry that
+matched no case of a run is reported. CPU only: flashinfer through the fake of
+`tests/lowerings/test_flashinfer_adapters.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import lowerings
+from lowerings import counters
+from lowerings import flashinfer_paged as fp
+from lowerings.protocol import protocol_violations
+from oracle.errors import InvalidInput
+from parity import cli
+from parity import policy as policy_mod
+from parity.runner import RunOptions, run_case
+from strategies import build_case
+from tests.lowerings.test_flashinfer_adapters import FakeDecodeWrapper, FakePrefillWrapper, install_fake_flashinfer
+
+ROOT = Path(__file__).resolve().parents[2]
+FA2 = '[kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16]'
+TIGHT = '[kernel."torch.paged_prefill".bfloat16]'
+
+pytestmark = pytest.mark.usefixtures("restore_registry", "single_threaded_torch")  # tests/conftest.py
+
+
+def _case(**over):
+    base = dict(context_lens=[5, 17], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=16,
+                window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0, scale=None,
+                layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0, spare_pages=1,
+                extra_pages=0, perm_seed=7, seed=3)
+    return build_case(dict(base, **over))
+
+
+def _policy(extra: str = "") -> policy_mod.Policy:
+    data = tomllib.loads(policy_mod.DEFAULT_PATH.read_text() + "\n" + textwrap.dedent(extra))
+    return policy_mod.from_dict(data, source="tolerances.toml")
+
+
+class Wrapping:
+    """A user's lowering under a new name that calls one of the project's lowerings (composition)."""
+
+    def __init__(self, inner, name: str, accuracy=None) -> None:
+        self.inner, self.name, self.accuracy = inner, name, accuracy
+        self.devices, self.lse_base = inner.devices, inner.lse_base
+        self.deterministic, self.max_compiles = inner.deterministic, inner.max_compiles
+
+    def available(self, device):
+        return self.inner.available(device)
+
+    def supports(self, case):
+        return self.inner.supports(case)
+
+    def expected_calls(self, case):
+        return self.inner.expected_calls(case)
+
+    def run(self, inputs):
+        return self.inner.run(inputs)
+
+
+# ---- the policy file ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("table,field,rule", [
+    ('[kernel."k".bfloat16]\nlse_abs = 2e-3\n', "kernel.'k'.bfloat16.reason", "missing: every table of bounds says why"),
+    ('[kernel."k".bfloat16]\nreason = " "\nlse_abs = 2e-3\n', "kernel.'k'.bfloat16.reason", "missing"),
+    ('[kernel."k".bfloat16]\nreason = "r"\n', "kernel.'k'.bfloat16", "no tolerance key"),
+    ('[kernel."k".bfloat16]\nreason = "r"\nlse_abz = 1e-3\n', "kernel.'k'.bfloat16.lse_abz", "unknown key"),
+    ('[kernel."k".float32]\nreason = "r"\nlse_abs = 1e-3\n', "kernel.'k'.float32", "unknown dtype"),
+    ('[kernel."k".bfloat16]\nreason = "r"\nlse_abs = -1.0\n', "kernel.'k'.bfloat16.lse_abs", "finite positive"),
+])
+def test_a_bad_kernel_entry_names_the_field(table, field, rule):
+    with pytest.raises(InvalidInput) as err:
+        _policy(table)
+    assert f"tolerances.toml: {field}" in str(err.value) and rule in str(err.value), str(err.value)
+
+
+def test_precedence_lowering_over_kernel_over_default_per_key():
+    pol = _policy('''
+        [kernel."k1".bfloat16]
+        reason = "measured k1"
+        lse_abs = 3e-3
+        out_max_ulp = 10.0
+        [kernel."k2".bfloat16]
+        reason = "measured k2"
+        lse_abs = 5e-3
+        [lowering."mine".bfloat16]
+        reason = "measured mine"
+        out_max_ulp = 6.0
+    ''')
+    tol, src = pol.for_case("mine", "bfloat16", {"k1": "kernel k1 ran", "k2": "kernel k2 ran", "k3": "x"})
+    assert (tol.out_max_ulp, tol.lse_abs, tol.out_rel_l2) == (6.0, 5e-3, 1e-2)  # lowering; largest kernel; default
+    assert src.entries == ('[lowering."mine".bfloat16]', '[kernel."k2".bfloat16]')  # k1 set nothing that stayed
+    assert src.cite("out_max_ulp").startswith('from [lowering."mine".bfloat16]')
+    assert src.cite("lse_abs") == 'from [kernel."k2".bfloat16] (kernel k2 ran): measured k2'
+    assert src.cite("out_rel_l2") == "from [defaults.bfloat16]"
+    tol, src = pol.for_case("other", "bfloat16", {"k1": "kernel k1 ran"})
+    assert (tol.out_max_ulp, tol.lse_abs) == (10.0, 3e-3) and src.label == '[kernel."k1".bfloat16]'
+    tol, src = pol.for_case("other", "float16", {"k1": "kernel k1 ran"})  # no float16 table: the default
+    assert tol == pol.defaults["float16"] and src.label == "[defaults.float16]" and src.entries == ()
+    assert pol.for_lowering("mine", "bfloat16").out_max_ulp == 6.0  # for_lowering still works
+
+
+# ---- a user's lowering under a new name gets the kernel's entry ---------------------------------------------
+
+def test_kernel_entry_applies_to_a_wrapped_lowering_by_the_counter_it_records():
+    """`my_context` wraps the torch `context` lowering: it records `torch.paged_prefill`, so the entry keyed by
+    that counter sets its bound (tight here, to show it in the failure), while `sdpa` keeps the default."""
+    pol = _policy('''
+        [kernel."torch.paged_prefill".bfloat16]
+        reason = "test: a bound no bf16 output meets"
+        out_max_ulp = 1e-3
+    ''')
+    mine = Wrapping(lowerings.get("context"), "my_context")
+    out = run_case(mine, _case(), pol, RunOptions(), lowerings.get("sdpa"))
+    assert out.status == "fail" and out.bounds == TIGHT, (out.bounds, out.failures)
+    assert out.bounds_why == "called torch.paged_prefill"
+    assert all(c.figures["bounds"] == TIGHT for c in out.comparisons)
+    assert any(f'(bound 0.001 ulp from {TIGHT} (called torch.paged_prefill): test: a bound no bf16 output meets)' in m
+               for m in out.failures), out.failures
+    other = run_case(lowerings.get("sdpa"), _case(), pol, RunOptions(), lowerings.get("sdpa"))
+    assert other.status == "pass" and other.bounds == "[defaults.bfloat16]"
+
+
+def test_kernel_entry_keyed_by_the_family_a_call_launches(monkeypatch):
+    monkeypatch.setitem(counters._KERNEL_OF_CALL, "torch.paged_prefill", "TorchPagedPrefillKernel")
+    pol = _policy('''
+        [kernel."TorchPagedPrefillKernel".bfloat16]
+        reason = "test: the family's bound"
+        out_max_ulp = 1e-3
+    ''')
+    out = run_case(Wrapping(lowerings.get("context"), "my_context"), _case(), pol, RunOptions(), lowerings.get("sdpa"))
+    assert out.bounds == '[kernel."TorchPagedPrefillKernel".bfloat16]', out.bounds
+    assert out.bounds_why == "kernel TorchPagedPrefillKernel ran (called torch.paged_prefill)"
+
+
+def test_a_lowering_can_claim_an_accuracy_class():
+    claimed = Wrapping(lowerings.get("sdpa"), "my_sdpa", accuracy="BatchPrefillWithPagedKVCacheKernel")
+    assert protocol_violations(claimed) == []
+    out = run_case(claimed, _case(), _policy(), RunOptions(), lowerings.get("sdpa"))
+    assert out.status == "pass" and out.bounds == FA2
+    assert out.bounds_why == "claimed by the lowering's accuracy attribute (BatchPrefillWithPagedKVCacheKernel)"
+    for bad in (5, "", ("ok", "")):
+        assert any("'accuracy' must be" in p for p in protocol_violations(Wrapping(lowerings.get("sdpa"), "x", bad)))
+
+
+# ---- flashinfer: the adapters wrapped under new names, and flashinfer called directly (fake) ----------------
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    return install_fake_flashinfer(monkeypatch, FakeDecodeWrapper, FakePrefillWrapper)
+
+
+@pytest.fixture
+def wrapped_plugin():
+    added = lowerings.load_plugin(ROOT / "examples" / "plugin_wrapped_flashinfer.py")
+    assert added == ["my_direct_fa2_context", "my_fa2_context", "my_tc_decode_rows"]
+    return {n: lowerings.get(n) for n in added}
+
+
+@pytest.mark.parametrize("name,over,label,why", [
+    ("my_fa2_context", {}, FA2, "kernel BatchPrefillWithPagedKVCacheKernel ran (called flashinfer.BatchPrefill[fa2].run)"),
+    ("my_tc_decode_rows", {}, FA2, "kernel BatchPrefillWithPagedKVCacheKernel ran (called flashinfer.BatchDecode[tc].run)"),
+    ("my_direct_fa2_context", {"block_storage": "appended"}, FA2,
+     "kernel BatchPrefillWithPagedKVCacheKernel ran (observed flashinfer.BatchPrefill[fa2].run)"),
+])
+def test_the_example_plugin_gets_the_fa2_entry_with_no_entry_of_its_own(fake_flashinfer, wrapped_plugin, name, over,
+                                                                          label, why):
+    """examples/plugin_wrapped_flashinfer.py on CPU through the fake flashinfer: every lowering gets the fa2
+    kernel's measured bound, the wrapped adapters by the counters they record (and no silent-fallback alarm
+    from the observed calls), the direct one by flashinfer's wrapper call the framework observes."""
+    lw = wrapped_plugin[name]
+    pol = policy_mod.load()
+    assert not any(name in e for e in pol.entry_names())  # no entry of its own
+    c = _case(**over)
+    out = run_case(lw, c, pol, RunOptions(device="cpu"), lowerings.get("sdpa"))
+    assert out.status == "pass", out.failures
+    assert (out.bounds, out.bounds_why) == (label, why)
+    assert out.calls == lw.expected_calls(c)
+    if name == "my_direct_fa2_context":
+        assert out.calls == {} and out.observed == {"flashinfer.BatchPrefill[fa2].run": 1}
+
+
+def test_direct_flashinfer_call_gets_the_kernel_bound_in_its_failure(fake_flashinfer, wrapped_plugin):
+    pol = _policy('''
+        [kernel."BatchPrefillWithPagedKVCacheKernel".float16]
+        reason = "test: tight"
+        out_max_ulp = 1e-3
+    ''')
+    out = run_case(wrapped_plugin["my_direct_fa2_context"], _case(block_storage="appended", dtype="float16"), pol,
+                   RunOptions(device="cpu"), lowerings.get("sdpa"))
+    assert out.status == "fail"
+    assert any('(bound 0.001 ulp from [kernel."BatchPrefillWithPagedKVCacheKernel".float16] (kernel '
+               'BatchPrefillWithPagedKVCacheKernel ran (observed flashinfer.BatchPrefill[fa2].run)): test: tight)' in m
+               for m in out.failures), out.failures
+
+
+@pytest.mark.parametrize("batch,label", [(2, "[defaults.bfloat16]"), (33, FA2)])
+def test_cuda_core_decode_rows_get_the_fa2_entry_only_above_the_threshold(fake_flashinfer, batch, label):
+    c = _case(context_lens=[3] * batch, block_size=2, group=1)
+    out = run_case(fp.FlashinferDecodeRows(False), c, policy_mod.load(), RunOptions(device="cpu"),
+                   lowerings.get("sdpa"))
+    assert out.status == "pass" and out.bounds == label, (out.bounds, out.failures)
+
+
+def test_flashinfer_imported_inside_run_is_observed_from_its_first_call(tmp_path, monkeypatch):
+    """A lowering that imports flashinfer in `run`: the import hook wraps flashinfer's wrappers as the import
+    completes, so the first call is observed too."""
+    pkg = tmp_path / "flashinfer"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent('''
+        import functools
+        class BatchPrefillWithPagedKVCacheWrapper:
+            def __init__(self, backend):
+                self._backend = backend
+            def run(self, x, return_lse=False):
+                return x
+            run_return_lse = functools.partialmethod(run, return_lse=True)
+        class BatchDecodeWithPagedKVCacheWrapper:
+            def __init__(self):
+                self._use_tensor_cores = True
+            def run(self, x):
+                return x
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "flashinfer", raising=False)
+
+    class ImportsInRun(Wrapping):
+        def run(self, inputs):
+            import flashinfer
+            flashinfer.BatchPrefillWithPagedKVCacheWrapper("fa2").run(0)
+            flashinfer.BatchPrefillWithPagedKVCacheWrapper("fa3").run_return_lse(0)
+            flashinfer.BatchDecodeWithPagedKVCacheWrapper().run(0)
+            return self.inner.run(inputs)
+
+    try:
+        out = run_case(ImportsInRun(lowerings.get("sdpa"), "imports_in_run"), _case(), _policy(), RunOptions(),
+                       lowerings.get("sdpa"))
+    finally:
+        sys.modules.pop("flashinfer", None)
+    assert out.observed == {"flashinfer.BatchPrefill[fa2].run": 1, "flashinfer.BatchPrefill[fa3].run": 1,
+                            "flashinfer.BatchDecode[tc].run": 1}, out.observed
+    assert out.calls == {"torch.sdpa": 2} and out.status == "pass"
+    assert out.bounds == FA2
+
+
+# ---- reports: which entries were used, and entries that matched nothing ------------------------------------
+
+def test_check_reports_entries_used_and_an_entry_that_matched_nothing(tmp_path, capsys):
+    tol = tmp_path / "tolerances.toml"
+    tol.write_text(policy_mod.DEFAULT_PATH.read_text() + textwrap.dedent('''
+        [kernel."torch.paged_prefill".bfloat16]
+        reason = "test: as loose as the default"
+        out_max_ulp = 8.0
+        [kernel."torch.paged_prefil".bfloat16]
+        reason = "test: a typo"
+        out_max_ulp = 30.0
+    '''))
+    report = tmp_path / "report"
+    code = cli.main(["check", "--lowering", "context", "--lowering", "sdpa", "--no-isolate", "--max-examples", "6",
+                     "--device", "cpu", "--tolerances", str(tol), "--report", str(report), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    typo = '[kernel."torch.paged_prefil".bfloat16]'
+    assert f"tolerances.toml: {typo} matched no case in this run" in err
+    assert f"tolerances.toml: {FA2} matched no case in this run" in err  # no flashinfer on a CPU
+    assert f"{TIGHT} matched" not in err
+    data = json.loads((report / "parity.json").read_text())
+    assert data["tolerances_unmatched"] == [FA2, typo]
+    used = data["lowerings"]["context"]["bounds"]
+    assert set(used) <= {TIGHT, "[defaults.float16]"} and used[TIGHT]["why"] == "called torch.paged_prefill"
+    assert sum(u["cases"] for u in used.values()) == data["lowerings"]["context"]["cases"]
+    assert set(data["lowerings"]["sdpa"]["bounds"]) <= {"[defaults.bfloat16]", "[defaults.float16]"}
+    summary = (report / "summary.md").read_text()
+    assert f"- `context` bounds: `{TIGHT}` on" in summary
+    assert f"- tolerances.toml: {typo} matched no case in this run" in summary
+
+
+def test_shards_merge_their_bounds():
+    from parity.shards import merge_entries
+    from parity.report import to_json
+    from parity.runner import LoweringReport
+
+    a = to_json([LoweringReport("x", "cpu", "pass", cases=3, bounds={FA2: {"cases": 3, "why": "w"}})],
+                device="cpu", profile="ci", tolerances="t")["lowerings"]["x"]
+    b = dict(a, cases=2, bounds={FA2: {"cases": 1, "why": "w"}, "[defaults.bfloat16]": {"cases": 1, "why": "d"}})
+    merged = merge_entries([a, b])
+    assert merged["bounds"] == {FA2: {"cases": 4, "why": "w"}, "[defaults.bfloat16]": {"cases": 1, "why": "d"}}
