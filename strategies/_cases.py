@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from oracle.case import Case, pages_needed, window_for
+from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 GROUPS = (1, 2, 4, 3, 5, 6, 8)
@@ -42,6 +42,7 @@ class Limits:
     head_dims: tuple[int, ...] = HEAD_DIMS
     dtypes: tuple[str, ...] = ("bfloat16", "float16")
     kv_dtypes: tuple[str, ...] = ("same", "float8_e4m3fn")  # "same": the working dtype
+    values: tuple[str, ...] = VALUE_REGIMES  # value regimes (oracle/values.py)
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
@@ -50,7 +51,7 @@ class Limits:
                 raise ValueError(f"Limits.{name}: a positive integer, got {v!r}")
         if not isinstance(self.max_context, int) or self.max_context < 0:
             raise ValueError(f"Limits.max_context: an integer >= 0, got {self.max_context!r}")
-        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES)):
+        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES), ("values", VALUE_REGIMES)):
             v = getattr(self, name)
             if not v or any(x not in allowed for x in v):
                 raise ValueError(f"Limits.{name}: one or more of {', '.join(allowed)}, got {v!r}")
@@ -102,7 +103,7 @@ def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limit
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
     """1 first, then the dispatch threshold and +1, the lowering's maximum, then anything."""
     special = [b for b in (1, 2, DISPATCH_THRESHOLD, DISPATCH_THRESHOLD + 1, limits.max_batch, 3, 5) if b <= limits.max_batch]
-    return st.one_of(st.sampled_from(list(dict.fromkeys(special))), st.integers(1, limits.max_batch))
+    return st.one_of(st.integers(1, limits.max_batch), st.sampled_from(list(dict.fromkeys(special))))
 
 
 def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
@@ -113,7 +114,7 @@ def context_length(page_size: int, window: int | None, limits: Limits = Limits()
         special += [window - 1, window, window + 1]
     special = [x for x in dict.fromkeys(special) if 0 <= x <= limits.max_context]
     tail = st.integers(0, limits.max_context)
-    return st.one_of(st.sampled_from(special), tail)
+    return st.one_of(tail, st.sampled_from(special))
 
 
 def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
@@ -122,6 +123,18 @@ def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
     width = st.one_of(st.sampled_from(ws), st.integers(1, 64), st.integers(65, 4096))
     return st.one_of(st.just(("noncausal", None)),
                      st.tuples(st.sampled_from(("noncausal_swa", "causal", "causal_swa")), width))
+
+
+VALUE_KEYS = st.integers(0, 2**16)
+
+
+def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
+    """The value regime: `plain` in about half the cases (and first: shrinking moves towards it), else
+    any regime the limits allow, in `VALUE_REGIMES` order."""
+    allowed = [r for r in VALUE_REGIMES if r in limits.values]
+    if allowed[0] == "plain" and len(allowed) > 1:
+        return st.one_of(st.just("plain"), st.sampled_from(allowed))
+    return st.sampled_from(allowed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -154,7 +167,8 @@ def build_case(p: dict[str, Any]) -> Case:
         num_pages=num_pages, layout=p["layout"], window=window, scale=p["scale"], dtype=p["dtype"],
         kv_dtype=p["kv_dtype"] if fp8 else p["dtype"], k_scale=p["k_scale"] if fp8 else 1.0,
         v_scale=p["v_scale"] if fp8 else 1.0, block_storage=p["block_storage"],
-        page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"])
+        page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"],
+        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())))
 
 
 # Alternatives tried, in order, when a lowering does not support a drawn value.
@@ -205,11 +219,14 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
     ps = pick("page_size", st.sampled_from(PAGE_SIZES))
     window = pick("window", windows(K))
     width = window[1]
-    lens = fixed.get("context_lens") or [draw(context_length(ps, width, limits)) for _ in range(B)]
+    # Each request draws its length and the key of its value streams together (one span), so that
+    # shrinking can delete any request and keep every other one's values (oracle/values.py).
+    reqs = ([(L, draw(VALUE_KEYS)) for L in fixed["context_lens"]] if fixed.get("context_lens") else
+            [draw(st.tuples(context_length(ps, width, limits), VALUE_KEYS)) for _ in range(B)])
     dtype = pick("dtype", st.sampled_from(limits.dtypes))
     kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
     return {
-        "context_lens": lens, "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
+        "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs], "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
         "k_scale": pick("k_scale", st.sampled_from(FP8_SCALES)), "v_scale": pick("v_scale", st.sampled_from(FP8_SCALES)),
         "scale": pick("scale", st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0)))),
@@ -221,6 +238,7 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
         "extra_pages": pick("extra_pages", st.integers(0, 1)),
         "perm_seed": pick("perm_seed", st.integers(0, 2**16)),
         "seed": pick("seed", st.integers(0, 2**16)),
+        "values": pick("values", value_regimes(limits)),
     }
 
 
@@ -235,7 +253,7 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     unknown = set(fixed) - {"batch_size", "block_size", "num_kv_heads", "group", "head_dim", "page_size", "window",
                             "context_lens", "dtype", "kv_dtype", "k_scale", "v_scale", "scale", "layout",
                             "block_storage", "page_table_dtype", "page_table_pad", "spare_pages", "extra_pages",
-                            "perm_seed", "seed"}
+                            "perm_seed", "seed", "values"}
     if unknown:
         raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
 
