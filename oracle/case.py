@@ -202,7 +202,8 @@ class Case:
         return (f"B={self.batch_size} L={list(self.context_lens)} K={self.block_size} "
                 f"heads={self.num_q_heads}/{self.num_kv_heads} D={self.head_dim} page={self.page_size} "
                 f"{self.layout} {self.dtype}{kv}{w} {self.block_storage}"
-                + ("" if self.values == "plain" else f" values={self.values}"))
+                + ("" if self.values == "plain" else f" values={self.values}")
+                + (" (case format 1)" if self.version == 1 else ""))
 
 
 def _is_int(x: Any) -> bool:

@@ -3,7 +3,10 @@ small spec and a failure replays from its JSON alone.
 
 Every field is drawn boundary-first (`sampled_from` lists the boundary values first, and hypothesis
 shrinks towards the start of the list), so a shrunk failure lands on a meaningful minimal case: batch
-1, K 1, context 0 or a page boundary, the smallest window that still fails. A lowering's `supports()`
+1, K 1, context 0 or a page boundary, the smallest window that still fails. The batch size and the
+lengths draw boundary values half the time but shrink as integers, and each request draws the key of
+its value streams with its length, so that a failure on one request's values shrinks to that request
+and its shortest failing context (oracle/values.py). A lowering's `supports()`
 shapes the draw: fields it cannot express are repaired to a supported alternative before the case is
 built, instead of rejecting most examples.
 """
@@ -101,13 +104,17 @@ def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limit
 
 
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """1 first, then the dispatch threshold and +1, the lowering's maximum, then anything."""
+    """Half the draws from 1, 2, the dispatch threshold and +1, the lowering's maximum, 3, 5; half any
+    integer, listed first so that a batch size shrinks as an integer (one request at a time, to the
+    smallest that still fails) rather than along the boundary list."""
     special = [b for b in (1, 2, DISPATCH_THRESHOLD, DISPATCH_THRESHOLD + 1, limits.max_batch, 3, 5) if b <= limits.max_batch]
     return st.one_of(st.integers(1, limits.max_batch), st.sampled_from(list(dict.fromkeys(special))))
 
 
 def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the window +-1, a long tail."""
+    """Half the draws from 0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the
+    window +-1; half any length (listed first: a length shrinks as an integer, to the shortest that still
+    fails, not to the next boundary value above it)."""
     ps = page_size
     special = [0, 1, ps - 1, ps, ps + 1, 2 * ps, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049]
     if window:
@@ -226,7 +233,8 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
     dtype = pick("dtype", st.sampled_from(limits.dtypes))
     kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
     return {
-        "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs], "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
+        "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs],
+        "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
         "k_scale": pick("k_scale", st.sampled_from(FP8_SCALES)), "v_scale": pick("v_scale", st.sampled_from(FP8_SCALES)),
         "scale": pick("scale", st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0)))),

@@ -231,6 +231,7 @@ def test_format1_case_file_reads_and_writes_as_format1():
     text["version"] = 1  # what the format 1 code wrote
     case = Case.from_json(json.dumps(text), source="old.json")
     assert case.version == 1 and case.values == "plain" and case.value_keys == ()
+    assert case.short().endswith("(case format 1)") and "format" not in v2.short()
     assert case.to_json_dict() == text  # saved again, it stays a format 1 file
     assert not torch.equal(materialize(case).q, materialize(v2).q)  # and keeps its format 1 values
     with pytest.raises(InvalidInput) as err:

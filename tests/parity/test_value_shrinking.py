@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import Phase, settings
@@ -17,6 +19,7 @@ import lowerings
 from lowerings.torch_emulation import Context
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
+from parity import cli
 from parity import policy as parity_policy
 from parity.runner import RunOptions, check_lowering
 from strategies import build_case, cases, profile_settings
@@ -116,3 +119,30 @@ def test_softmax_without_max_passes_on_plain_values(policy):
     rep = check_lowering(mutant, policy, strategy=cases(mutant, values="plain"), settings=profile_settings("ci"),
                          opts=RunOptions(device="cpu"), yardstick=lowerings.get("sdpa"))
     assert rep.status == "pass" and rep.cases >= 60, [f.outcome.failures for f in rep.failures]
+
+
+def test_a_format1_failure_file_replays_with_its_own_values(tmp_path, capsys):
+    """A failure saved by the previous format (version 1, no value fields) replays through `repro`
+    with the values it failed on: the key above 4.5 sits where format 1 put it, not where format 2
+    would (format 2 draws other values for the same case)."""
+    case = build_case(dict(context_lens=[40], block_size=1, num_kv_heads=1, group=1, head_dim=64, page_size=16,
+                           window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0,
+                           scale=None, layout="NHD", block_storage="dense", page_table_dtype="int32",
+                           page_table_pad=0, spare_pages=1, extra_pages=0, perm_seed=0, seed=0))
+    old = next(case.replace(version=1, seed=s) for s in range(1000)
+               if _flagged_keys(materialize(case.replace(version=1, seed=s)), 0).any()
+               and not _flagged_keys(materialize(case.replace(seed=s)), 0).any())
+    text = old.to_json_dict()
+    assert text["version"] == 1 and "values" not in text and "value_keys" not in text
+    path = tmp_path / "test_key_threshold-1.json"
+    path.write_text(json.dumps({"lowering": "sdpa", "case": text}))
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("import lowerings\nfrom tests.parity.test_value_shrinking import KeyThreshold\n"
+                      "lowerings.register(KeyThreshold())\n")
+    try:
+        code = cli.main(["repro", str(path), "--plugin", str(plugin), "--lowering", "test:key_threshold",
+                         "--device", "cpu"])
+        out = capsys.readouterr().out
+    finally:
+        lowerings.registry.unregister("test:key_threshold")
+    assert code == 1 and "non-finite" in out and "(case format 1)" in out, out
