@@ -15,13 +15,18 @@ from typing import Any
 
 from oracle.errors import InvalidInput
 
-CASE_FORMAT_VERSION = 1
+# Format 2: each request's values from streams of its own (oracle/values.py), `values`, `value_keys`.
+# Format 1 (one generator for the whole batch) is still read and replays bit for bit.
+CASE_FORMAT_VERSION = 2
+READ_FORMAT_VERSIONS = (1, 2)
 
 DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 LAYOUTS = ("NHD", "HND")
 BLOCK_STORAGES = ("appended", "dense")
 PAGE_TABLE_DTYPES = ("int32", "int64")
+# Value regimes (oracle/values.py), plain first: strategies shrink towards it.
+VALUE_REGIMES = ("plain", "large", "huge", "sink", "ties", "tiny", "outliers")
 # Window kinds of SEMANTICS.md section 2, by (left, right).
 UNBOUNDED = -1
 
@@ -59,7 +64,9 @@ class Case:
     (value = stored * scale). `block_storage="appended"` means the block's K/V already sit in the pool at
     positions `L_b .. L_b+K-1`; `"dense"` means the pool holds the context only and the block comes as a
     dense `[B, K, Hkv, D]` suffix (a lowering that needs it in the pool appends it). `page_table_pad`
-    extra columns make the table a strided row view of a wider buffer.
+    extra columns make the table a strided row view of a wider buffer. `values` is the value regime
+    (`VALUE_REGIMES`) and `value_keys[b]` the key of request `b`'s value streams (`()`: keyed by the
+    request's index), so that a request keeps its values when others are removed (oracle/values.py).
     """
 
     context_lens: tuple[int, ...]
@@ -81,6 +88,8 @@ class Case:
     page_table_dtype: str = "int32"
     page_table_pad: int = 0
     seed: int = 0
+    values: str = "plain"
+    value_keys: tuple[int, ...] = ()
     version: int = CASE_FORMAT_VERSION
 
     # ---- derived -------------------------------------------------------------------------------------
@@ -125,6 +134,7 @@ class Case:
         object.__setattr__(self, "context_lens", tuple(self.context_lens))
         object.__setattr__(self, "pages", tuple(tuple(r) for r in self.pages))
         object.__setattr__(self, "window", tuple(self.window))
+        object.__setattr__(self, "value_keys", tuple(self.value_keys))
         _validate(self)
 
     # ---- JSON ----------------------------------------------------------------------------------------
@@ -133,6 +143,9 @@ class Case:
         d["context_lens"] = list(self.context_lens)
         d["pages"] = [list(r) for r in self.pages]
         d["window"] = list(self.window)
+        d["value_keys"] = list(self.value_keys)
+        if self.version == 1:  # a format 1 case stays a format 1 file
+            del d["values"], d["value_keys"]
         return {"version": d.pop("version"), "batch_size": self.batch_size, **d}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -144,8 +157,10 @@ class Case:
             raise InvalidInput(source, f"a case is a JSON object, got {type(data).__name__}")
         data = dict(data)
         version = data.pop("version", None)
-        if version != CASE_FORMAT_VERSION:
-            raise InvalidInput(f"{source}: version", f"this dflash-parity reads case format {CASE_FORMAT_VERSION}, got {version!r}")
+        if version not in READ_FORMAT_VERSIONS or isinstance(version, bool):
+            raise InvalidInput(f"{source}: version", f"this dflash-parity reads case formats "
+                               f"{', '.join(map(str, READ_FORMAT_VERSIONS))}, got {version!r}")
+        data["version"] = version
         batch_size = data.pop("batch_size", None)
         if batch_size is not None and not _is_int(batch_size):
             raise InvalidInput(f"{source}: batch_size", f"an integer, got {_shown(batch_size)}")
@@ -153,6 +168,9 @@ class Case:
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidInput(f"{source}: {unknown[0]}", f"unknown case field; known fields: {', '.join(sorted(known - {'version'}))}")
+        if version == 1 and {"values", "value_keys"} & set(data):
+            raise InvalidInput(f"{source}: {sorted({'values', 'value_keys'} & set(data))[0]}",
+                               "not a field of case format 1 (a version 2 case has it)")
         missing = sorted(f.name for f in dataclasses.fields(cls)
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data)
         if missing:
@@ -189,7 +207,9 @@ class Case:
         kv = "" if self.kv_dtype == self.dtype else f" kv={self.kv_dtype}"
         return (f"B={self.batch_size} L={list(self.context_lens)} K={self.block_size} "
                 f"heads={self.num_q_heads}/{self.num_kv_heads} D={self.head_dim} page={self.page_size} "
-                f"{self.layout} {self.dtype}{kv}{w} {self.block_storage}")
+                f"{self.layout} {self.dtype}{kv}{w} {self.block_storage}"
+                + ("" if self.values == "plain" else f" values={self.values}")
+                + (" (case format 1)" if self.version == 1 else ""))
 
 
 def _is_int(x: Any) -> bool:
@@ -298,6 +318,16 @@ def _validate(c: Case) -> None:
     need(c.page_table_dtype in PAGE_TABLE_DTYPES, "page_table_dtype", f"one of {PAGE_TABLE_DTYPES}, got {c.page_table_dtype!r}")
     need(_is_int(c.page_table_pad) and c.page_table_pad >= 0, "page_table_pad", f"an integer >= 0, got {c.page_table_pad!r}")
     need(_is_int(c.seed) and 0 <= c.seed < 2**63, "seed", f"an integer in [0, 2**63), got {c.seed!r}")
+    need(c.values in VALUE_REGIMES, "values", f"one of {VALUE_REGIMES}, got {c.values!r}")
+    need(c.value_keys == () or len(c.value_keys) == len(c.context_lens), "value_keys",
+         f"empty (keyed by index) or one key per request ({len(c.context_lens)}), got {len(c.value_keys)}")
+    for b, k in enumerate(c.value_keys):
+        need(_is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
+    need(c.version in READ_FORMAT_VERSIONS and not isinstance(c.version, bool), "version",
+         f"one of {READ_FORMAT_VERSIONS}, got {c.version!r}")
+    if c.version == 1:
+        need(c.values == "plain" and c.value_keys == (), "version",
+             "case format 1 has plain values and no value_keys (they are format 2 fields)")
     need(len(c.window) == 2 and all(_is_int(w) and w >= -1 for w in c.window), "window",
          f"a pair (left, right) of integers >= -1 (-1 = unbounded), got {c.window!r}")
     need(len(c.pages) == len(c.context_lens), "pages",

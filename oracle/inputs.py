@@ -1,21 +1,25 @@
 """Tensors of a case, built deterministically from its spec.
 
-`materialize(case, device)` draws the logical values (queries, each request's context keys/values in
-position order, the block's keys/values) from one generator seeded by `case.seed`, in an order that
-depends on the shapes and lengths only: the page assignment, the layout and the block storage change
-where the values sit, never what they are. Pool slots no request owns (spare pages, the tail of each
-request's last page, and the block's slots when the block is not appended) hold a canary (NaN by
-default) so that a lowering which reads them cannot pass by luck.
+`materialize(case, device)` takes each request's logical values (its queries, context keys/values in
+position order, block keys/values) from `oracle.values`: streams of the request's own, keyed by the
+case `seed`, the request's `value_keys` entry and the position, shaped by the case's value regime.
+The page assignment, the layout and the block storage change where the values sit, never what they
+are; removing a request or shortening a context leaves every other value as it was. Pool slots no
+request owns (spare pages, the tail of each request's last page, and the block's slots when the
+block is not appended) hold a canary (NaN by default) so that a lowering which reads them cannot
+pass by luck.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 
 from oracle.case import Case
 from oracle.errors import InvalidInput
+from oracle.values import RequestValues, case_values
 
 TORCH_DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -125,12 +129,13 @@ BUILDS = ("auto", "host", "device")
 
 
 def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str = "nan", build: str = "auto") -> Inputs:
-    """Build a case's tensors on `device`, deterministically from `case.seed` (see module docstring).
+    """Build a case's tensors on `device`, deterministically from the case (see module docstring).
 
-    `build="host"` draws the values from a CPU generator and copies them over (the same values on every
-    device); `"device"` draws them from a generator on `device` and writes the pool there, one request
-    at a time (nothing of the pool's size crosses from the host; values differ from the host build's
-    but are just as deterministic on that device type); `"auto"` (default) is `"device"` on CUDA and
+    `build="host"` draws the values with CPU generators and copies the tensors over (the same values on
+    every device); `"device"` draws them with generators on `device` and writes the pool there, one
+    request at a time (nothing of the pool's size crosses from the host; on CUDA the values differ from
+    the host build's but are just as deterministic on that device type; on the CPU the two builds draw
+    the same values, only the NaN canary's bits differ); `"auto"` (default) is `"device"` on CUDA and
     `"host"` on CPU. Either way the values do not depend on the pages, layout or block storage.
     """
     try:
@@ -143,68 +148,18 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         raise InvalidInput("canary", f"one of {CANARIES}, got {canary!r}")
     if build not in BUILDS:
         raise InvalidInput("build", f"one of {BUILDS}, got {build!r}")
-    if build == "device" or (build == "auto" and device.type == "cuda"):
-        return _materialize_on_device(case, device, canary)
+    on_device = build == "device" or (build == "auto" and device.type == "cuda")
+    where = device if on_device else torch.device("cpu")
     c = case
-    dt, kvdt = torch_dtype(c.dtype), torch_dtype(c.kv_dtype)
-    B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
-    gen = torch.Generator(device="cpu").manual_seed(c.seed)
-    total_ctx = sum(c.context_lens)
-    # Logical values, in a draw order independent of pages/layout/storage.
-    q = torch.randn((B, K, Hq, D), generator=gen)
-    k_ctx = torch.randn((total_ctx, Hkv, D), generator=gen)
-    v_ctx = torch.randn((total_ctx, Hkv, D), generator=gen)
-    k_blk = torch.randn((B, K, Hkv, D), generator=gen)
-    v_blk = torch.randn((B, K, Hkv, D), generator=gen)
-
-    is_fp8 = kvdt == TORCH_DTYPES["float8_e4m3fn"]
-    if is_fp8:
-        # The block's dense K/V carry values the fp8 pool represents exactly (for power-of-two scales), so
-        # appending them and reading the dense suffix mean the same keys.
-        k_blk = _dequantize(_quantize(k_blk * c.k_scale, kvdt, c.k_scale), c.k_scale)
-        v_blk = _dequantize(_quantize(v_blk * c.v_scale, kvdt, c.v_scale), c.v_scale)
-        k_ctx = k_ctx * c.k_scale
-        v_ctx = v_ctx * c.v_scale
-    k_block = k_blk.to(dt)
-    v_block = v_blk.to(dt)
-
-    # Pool in NHD [pages, page_size, Hkv, D], canary everywhere first.
-    fill = canary_value(canary, kvdt)
-    k_pool = torch.full((c.num_pages, ps, Hkv, D), fill, dtype=torch.float32)
-    v_pool = torch.full((c.num_pages, ps, Hkv, D), fill, dtype=torch.float32)
-    k_pool = _quantize(k_pool, kvdt, 1.0) if not is_fp8 else k_pool.to(kvdt)
-    v_pool = _quantize(v_pool, kvdt, 1.0) if not is_fp8 else v_pool.to(kvdt)
-    off = 0
-    for b, L in enumerate(c.context_lens):
-        if L:
-            t = torch.arange(L)
-            page_ids = torch.tensor(c.pages[b], dtype=torch.long)[t // ps]
-            k_pool[page_ids, t % ps] = _quantize(k_ctx[off:off + L], kvdt, c.k_scale)
-            v_pool[page_ids, t % ps] = _quantize(v_ctx[off:off + L], kvdt, c.v_scale)
-        if c.block_storage == "appended":
-            t = torch.arange(L, L + K)
-            page_ids = torch.tensor(c.pages[b], dtype=torch.long)[t // ps]
-            k_pool[page_ids, t % ps] = _quantize(k_block[b].float(), kvdt, c.k_scale)
-            v_pool[page_ids, t % ps] = _quantize(v_block[b].float(), kvdt, c.v_scale)
-        off += L
-    if c.layout == "HND":
-        k_pool = k_pool.permute(0, 2, 1, 3).contiguous()
-        v_pool = v_pool.permute(0, 2, 1, 3).contiguous()
-
+    q, k_pool, v_pool, k_block, v_block = _assemble(
+        c, where, canary, case_values(c, where, host_order=not on_device), host=not on_device)
     # Page table: owned pages in order, then a spare page (or page 0 when the pool has none); columns
     # past a padded view hold ids far outside the pool, so reading through the row stride shows.
-    page_table = _page_table(c, device)
-
     return Inputs(
-        case=c,
-        q=q.to(dt).to(device),
-        k_pool=k_pool.to(device),
-        v_pool=v_pool.to(device),
-        page_table=page_table,
+        case=c, q=q.to(device), k_pool=k_pool.to(device), v_pool=v_pool.to(device),
+        page_table=_page_table(c, device),
         context_lens=torch.tensor(c.context_lens, dtype=torch.int32, device=device),
-        context_lens_host=tuple(c.context_lens),
-        k_block=k_block.to(device),
-        v_block=v_block.to(device),
+        context_lens_host=tuple(c.context_lens), k_block=k_block.to(device), v_block=v_block.to(device),
         canary=canary,
     )
 
@@ -223,32 +178,31 @@ def _page_table(c: Case, device: torch.device) -> torch.Tensor:
     return table.to(device)[:, :cols]
 
 
-def _filled(shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """`torch.full` in any dtype (fp8 through its byte pattern), without an fp32 tensor of the same size."""
-    if dtype == TORCH_DTYPES["float8_e4m3fn"]:
-        byte = torch.tensor([value], dtype=torch.float32).to(dtype).view(torch.uint8).item()
-        return torch.full(shape, byte, dtype=torch.uint8, device=device).view(dtype)
+def _filled(shape: tuple[int, ...], value: float, dtype: torch.dtype, device: torch.device,
+            converted: bool = False) -> torch.Tensor:
+    """`torch.full` in any dtype (fp8 through its byte pattern), without an fp32 tensor of the same size.
+    `converted`: the bits of an fp32 `value` converted on the CPU (the host build's NaN is bf16 0xFFFF,
+    `torch.full`'s 0x7FC0)."""
+    if dtype == TORCH_DTYPES["float8_e4m3fn"] or converted:
+        as_int = {1: torch.uint8, 2: torch.int16}[torch.empty((), dtype=dtype).element_size()]
+        bits = torch.tensor([value], dtype=torch.float32).to(dtype).view(as_int).item()
+        return torch.full(shape, bits, dtype=as_int, device=device).view(dtype)
     return torch.full(shape, value, dtype=dtype, device=device)
 
 
-def _materialize_on_device(c: Case, device: torch.device, canary: str) -> Inputs:
-    """The device build (see `materialize`): draw order q, block K, block V, then per request K, V."""
+def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[RequestValues], *, host: bool):
+    """`(q, k_pool, v_pool, k_block, v_block)` on `device` from each request's values (in batch order):
+    the pool in its layout, canaries everywhere first (`host`: the host build's canary bits), then each
+    request's context (and its block when appended) written into its own slots."""
     dt, kvdt = torch_dtype(c.dtype), torch_dtype(c.kv_dtype)
     B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
-    gen = torch.Generator(device=device).manual_seed(c.seed)
-    q = torch.randn((B, K, Hq, D), generator=gen, device=device)
-    k_blk = torch.randn((B, K, Hkv, D), generator=gen, device=device)
-    v_blk = torch.randn((B, K, Hkv, D), generator=gen, device=device)
     is_fp8 = kvdt == TORCH_DTYPES["float8_e4m3fn"]
-    if is_fp8:
-        k_blk = _dequantize(_quantize(k_blk * c.k_scale, kvdt, c.k_scale), c.k_scale)
-        v_blk = _dequantize(_quantize(v_blk * c.v_scale, kvdt, c.v_scale), c.v_scale)
-    k_block, v_block = k_blk.to(dt), v_blk.to(dt)
-    del k_blk, v_blk
     shape = (c.num_pages, ps, Hkv, D) if c.layout == "NHD" else (c.num_pages, Hkv, ps, D)
     fill = canary_value(canary, kvdt)
-    k_pool = _filled(shape, fill, kvdt, device)
-    v_pool = _filled(shape, fill, kvdt, device)
+    k_pool, v_pool = (_filled(shape, fill, kvdt, device, converted=host) for _ in range(2))
+    q = torch.empty((B, K, Hq, D), dtype=dt, device=device)
+    k_block = torch.empty((B, K, Hkv, D), dtype=dt, device=device)
+    v_block = torch.empty((B, K, Hkv, D), dtype=dt, device=device)
 
     def put(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, x: torch.Tensor) -> None:
         if c.layout == "NHD":
@@ -256,25 +210,29 @@ def _materialize_on_device(c: Case, device: torch.device, canary: str) -> Inputs
         else:
             pool[pid, :, slot] = x
 
-    for b, L in enumerate(c.context_lens):
+    for b, val in enumerate(values):
+        L = c.context_lens[b]
+        q[b] = val.q
+        kb, vb = val.kb, val.vb
+        if is_fp8:
+            # The block's dense K/V carry values the fp8 pool represents exactly (for power-of-two scales),
+            # so appending them and reading the dense suffix mean the same keys.
+            kb = _dequantize(_quantize(kb, kvdt, c.k_scale), c.k_scale)
+            vb = _dequantize(_quantize(vb, kvdt, c.v_scale), c.v_scale)
+        k_block[b], v_block[b] = kb, vb
         row = torch.tensor(c.pages[b], dtype=torch.long, device=device)
         if L:
             t = torch.arange(L, device=device)
             pid, slot = row[t // ps], t % ps
-            for pool, scale in ((k_pool, c.k_scale), (v_pool, c.v_scale)):
-                x = torch.randn((L, Hkv, D), generator=gen, device=device)
-                put(pool, pid, slot, _quantize(x * scale if is_fp8 else x, kvdt, scale))
-                del x
+            put(k_pool, pid, slot, _quantize(val.k, kvdt, c.k_scale))
+            put(v_pool, pid, slot, _quantize(val.v, kvdt, c.v_scale))
         if c.block_storage == "appended":
             t = torch.arange(L, L + K, device=device)
             pid, slot = row[t // ps], t % ps
             put(k_pool, pid, slot, _quantize(k_block[b].float(), kvdt, c.k_scale))
             put(v_pool, pid, slot, _quantize(v_block[b].float(), kvdt, c.v_scale))
-    return Inputs(
-        case=c, q=q.to(dt), k_pool=k_pool, v_pool=v_pool, page_table=_page_table(c, device),
-        context_lens=torch.tensor(c.context_lens, dtype=torch.int32, device=device),
-        context_lens_host=tuple(c.context_lens), k_block=k_block, v_block=v_block, canary=canary,
-    )
+        del val
+    return q, k_pool, v_pool, k_block, v_block
 
 
 # ---- output buffers: poisoned views with guard elements -------------------------------------------------

@@ -167,15 +167,20 @@ def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.T
     if cmp.margins["lse"] > 1:
         max_abs = float(err.flatten()[flat])
         got, exp = float(l.flatten()[flat]), float(r.flatten()[flat])
-        hint = ""
-        if exp != 0 and abs(got / exp - math.log(2)) < 1e-3:
-            hint = " (got = expected x ln 2: a base-2 LSE converted twice?)"
-        elif exp != 0 and abs(got / exp - 1 / math.log(2)) < 1e-3:
-            hint = " (got = expected / ln 2: a base-2 LSE taken as natural log?)"
         cite = _citer(bound_from)
         src = cite("lse_abs")
         if tol.lse_rel > 0 and cite("lse_rel") != src:
             src += f"; lse_rel{cite('lse_rel')}"
         cmp.failures.append(f"{label}: max |LSE - LSE_ref| = {max_abs:.4g} (natural log; bound {worst_bound:.4g}{src}) "
-                            f"at {_fmt_where(worst)}: got {got:.6g}, expected {exp:.6g}{hint}")
+                            f"at {_fmt_where(worst)}: got {got:.6g}, expected {exp:.6g}{lse_base_hint(l, r, ratio > 1)}")
+
+def lse_base_hint(lse: torch.Tensor, ref: torch.Tensor, failing: torch.Tensor) -> str:
+    """A hint when some failing row's LSE is exactly the oracle's times ln 2 (or over it): a base mix-up.
+    Any failing row, not only the worst: in a merge, rows whose other part weighs in are off by less."""
+    q = lse / torch.where(failing & (ref != 0), ref, torch.full_like(ref, math.nan))
+    if bool(((q - math.log(2)).abs() < 1e-3).any()):
+        return " (got = expected x ln 2: a base-2 LSE converted twice?)"
+    if bool(((q - 1 / math.log(2)).abs() < 1e-3).any()):
+        return " (got = expected / ln 2: a base-2 LSE taken as natural log?)"
+    return ""
 

@@ -3,7 +3,10 @@ small spec and a failure replays from its JSON alone.
 
 Every field is drawn boundary-first (`sampled_from` lists the boundary values first, and hypothesis
 shrinks towards the start of the list), so a shrunk failure lands on a meaningful minimal case: batch
-1, K 1, context 0 or a page boundary, the smallest window that still fails. A lowering's `supports()`
+1, K 1, context 0 or a page boundary, the smallest window that still fails. The batch size and the
+lengths draw boundary values half the time but shrink as integers, and each request draws the key of
+its value streams with its length, so that a failure on one request's values shrinks to that request
+and its shortest failing context (oracle/values.py). A lowering's `supports()`
 shapes the draw: fields it cannot express are repaired to a supported alternative before the case is
 built, instead of rejecting most examples.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from oracle.case import Case, pages_needed, window_for
+from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
@@ -43,6 +46,7 @@ class Limits:
     head_dims: tuple[int, ...] = HEAD_DIMS
     dtypes: tuple[str, ...] = ("bfloat16", "float16")
     kv_dtypes: tuple[str, ...] = ("same", "float8_e4m3fn")  # "same": the working dtype
+    values: tuple[str, ...] = VALUE_REGIMES  # value regimes (oracle/values.py)
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
@@ -51,7 +55,7 @@ class Limits:
                 raise ValueError(f"Limits.{name}: a positive integer, got {v!r}")
         if not isinstance(self.max_context, int) or self.max_context < 0:
             raise ValueError(f"Limits.max_context: an integer >= 0, got {self.max_context!r}")
-        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES)):
+        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES), ("values", VALUE_REGIMES)):
             v = getattr(self, name)
             if not v or any(x not in allowed for x in v):
                 raise ValueError(f"Limits.{name}: one or more of {', '.join(allowed)}, got {v!r}")
@@ -101,20 +105,24 @@ def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limit
 
 
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """1 first, then the dispatch threshold and +1, the lowering's maximum, then anything."""
+    """Half the draws from 1, 2, the dispatch threshold and +1, the lowering's maximum, 3, 5; half any
+    integer, listed first so that a batch size shrinks as an integer (one request at a time, to the
+    smallest that still fails) rather than along the boundary list."""
     special = [b for b in (1, 2, DISPATCH_THRESHOLD, DISPATCH_THRESHOLD + 1, limits.max_batch, 3, 5) if b <= limits.max_batch]
-    return st.one_of(st.sampled_from(list(dict.fromkeys(special))), st.integers(1, limits.max_batch))
+    return st.one_of(st.integers(1, limits.max_batch), st.sampled_from(list(dict.fromkeys(special))))
 
 
 def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the window +-1, a long tail."""
+    """Half the draws from 0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the
+    window +-1; half any length (listed first: a length shrinks as an integer, to the shortest that still
+    fails, not to the next boundary value above it)."""
     ps = page_size
     special = [0, 1, ps - 1, ps, ps + 1, 2 * ps, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049]
     if window:
         special += [window - 1, window, window + 1]
     special = [x for x in dict.fromkeys(special) if 0 <= x <= limits.max_context]
     tail = st.integers(0, limits.max_context)
-    return st.one_of(st.sampled_from(special), tail)
+    return st.one_of(tail, st.sampled_from(special))
 
 
 def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
@@ -123,6 +131,18 @@ def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
     width = st.one_of(st.sampled_from(ws), st.integers(1, 64), st.integers(65, 4096))
     return st.one_of(st.just(("noncausal", None)),
                      st.tuples(st.sampled_from(("noncausal_swa", "causal", "causal_swa")), width))
+
+
+VALUE_KEYS = st.integers(0, 2**16)
+
+
+def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
+    """The value regime: `plain` in about half the cases (and first: shrinking moves towards it), else
+    any regime the limits allow, in `VALUE_REGIMES` order."""
+    allowed = [r for r in VALUE_REGIMES if r in limits.values]
+    if allowed[0] == "plain" and len(allowed) > 1:
+        return st.one_of(st.just("plain"), st.sampled_from(allowed))
+    return st.sampled_from(allowed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -155,7 +175,8 @@ def build_case(p: dict[str, Any]) -> Case:
         num_pages=num_pages, layout=p["layout"], window=window, scale=p["scale"], dtype=p["dtype"],
         kv_dtype=p["kv_dtype"] if fp8 else p["dtype"], k_scale=p["k_scale"] if fp8 else 1.0,
         v_scale=p["v_scale"] if fp8 else 1.0, block_storage=p["block_storage"],
-        page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"])
+        page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"],
+        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())))
 
 
 # Alternatives tried, in order, when a lowering does not support a drawn value.
@@ -212,11 +233,15 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
     ps = pick("page_size", st.sampled_from(PAGE_SIZES))
     window = pick("window", windows(K))
     width = window[1]
-    lens = fixed.get("context_lens") or [draw(context_length(ps, width, limits)) for _ in range(B)]
+    # Each request draws its length and the key of its value streams together (one span), so that
+    # shrinking can delete any request and keep every other one's values (oracle/values.py).
+    reqs = ([(L, draw(VALUE_KEYS)) for L in fixed["context_lens"]] if fixed.get("context_lens") else
+            [draw(st.tuples(context_length(ps, width, limits), VALUE_KEYS)) for _ in range(B)])
     dtype = pick("dtype", st.sampled_from(limits.dtypes))
     kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
     return {
-        "context_lens": lens, "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
+        "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs],
+        "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
         "k_scale": pick("k_scale", st.sampled_from(FP8_SCALES)), "v_scale": pick("v_scale", st.sampled_from(FP8_SCALES)),
         "scale": pick("scale", st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0)))),
@@ -228,6 +253,7 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
         "extra_pages": pick("extra_pages", st.integers(0, 1)),
         "perm_seed": pick("perm_seed", st.integers(0, 2**16)),
         "seed": pick("seed", st.integers(0, 2**16)),
+        "values": pick("values", value_regimes(limits)),
     }
 
 
@@ -242,7 +268,7 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     unknown = set(fixed) - {"batch_size", "block_size", "num_kv_heads", "group", "head_dim", "page_size", "window",
                             "context_lens", "dtype", "kv_dtype", "k_scale", "v_scale", "scale", "layout",
                             "block_storage", "page_table_dtype", "page_table_pad", "spare_pages", "extra_pages",
-                            "perm_seed", "seed"}
+                            "perm_seed", "seed", "values"}
     if unknown:
         raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
 

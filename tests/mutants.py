@@ -12,6 +12,7 @@ Not a test module (no `test_` prefix): import it as `tests.mutants`.
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 
 import torch
 
@@ -440,6 +441,43 @@ class StatsSlabBRows(DecodeRows):
         return LoweringResult(out=res.out, lse=slab[torch.arange(B * K) % B].view(B, K, Hq))
 
 
+# ---- BUGS 9, reached through values: softmax overflow ---------------------------------------------------------
+
+def _attend_without_max(q, k, v, mask, scale):
+    """`_paged.attend` with `exp(s)` where it has `exp(s - max s)`: any score past 88.7 overflows to inf
+    (inf / inf = NaN), a row whose scores all lie below -103 sums to 0 (0 / 0)."""
+    N, M, Hq, D = q.shape
+    Hkv = k.shape[2]
+    qf = q.float().view(N, M, Hkv, Hq // Hkv, D)
+    s = torch.einsum("nmhgd,nthd->nhgmt", qf, k.float()) * scale
+    s = s.masked_fill(~mask.view(N, 1, 1, M, -1), float("-inf"))
+    p = torch.exp(s)  # BUG: no max subtraction
+    l = p.sum(dim=-1, keepdim=True)
+    o = torch.einsum("nhgmt,nthd->nhgmd", p.to(q.dtype).float(), v.float()) / l
+    lse = torch.log(l) * _paged.LOG2E
+    return (o.permute(0, 3, 1, 2, 4).reshape(N, M, Hq, D).to(q.dtype),
+            lse.squeeze(-1).permute(0, 3, 1, 2).reshape(N, M, Hq))
+
+
+class SoftmaxWithoutMax(_ContextMutant):
+    """BUGS 9 (a non-finite from `exp`, reached through values; issue 13): a bf16-only context kernel
+    computes its softmax as `exp(s) / sum exp(s)`, without subtracting the row maximum. Exact for the
+    scores standard normal values give; scores past 88.7 overflow (NaN). Only the `large`/`huge` value
+    regimes (and outliers or sinks at scale 1) reach it: shapes alone never did (500 of 500 passed)."""
+
+    name = "mutant:softmax_without_max"
+    bugs_row = 9
+
+    def supports(self, case: Case) -> str | None:
+        if case.dtype != "bfloat16" or case.kv_dtype != "bfloat16":
+            return "bf16 only (q and the KV pool)"
+        return super().supports(case)
+
+    def read(self, inputs):
+        with mock.patch.object(_paged, "attend", _attend_without_max):
+            return _context_read(inputs)
+
+
 # ---- BUGS 18, 19, 8: inputs, determinism, compiles ---------------------------------------------------------
 
 class ScalesQInPlace(_ContextMutant):
@@ -508,7 +546,7 @@ MUTANTS = (
     ContextRightUnclipped, PartABlockEndAnchor, MergeNanLastQuery, MergeOnCausal, MergeSkippedUnbounded,
     ContextReadToPageEnd, LastPageFromTableEnd, AppendClampedPage0, AppendPadsPageTail, PageTableRowStride,
     PageTableAssumesInt32, GqaHeadModulo, ScaleHardcoded, Fp8ScaleIgnored, SilentFallbackContext,
-    DispatchThresholdOffByOne, StatsSlabBRows, ScalesQInPlace, RacyOutput, RecompilePerBatch,
+    DispatchThresholdOffByOne, StatsSlabBRows, ScalesQInPlace, RacyOutput, RecompilePerBatch, SoftmaxWithoutMax,
 )
 
 

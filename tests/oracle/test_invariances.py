@@ -86,7 +86,12 @@ def test_device_build_is_deterministic_with_the_host_builds_canaries(base):
         assert torch.equal(d.view(torch.uint8) if d.element_size() == 1 else d.float().nan_to_num(7.0),
                            a.view(torch.uint8) if a.element_size() == 1 else a.float().nan_to_num(7.0)), name
     assert torch.equal(torch.isnan(host.k_pool.float()), torch.isnan(dev.k_pool.float()))
-    assert not torch.equal(host.k_pool.float().nan_to_num(0.0), dev.k_pool.float().nan_to_num(0.0))
+    # Format 2 draws the same values in both builds on one device type (oracle/values.py); format 1
+    # drew them in another order.
+    assert torch.equal(host.k_pool.float().nan_to_num(0.0), dev.k_pool.float().nan_to_num(0.0))
+    old = case.replace(version=1)
+    assert not torch.equal(materialize(old, build="host").k_pool.float().nan_to_num(0.0),
+                           materialize(old, build="device").k_pool.float().nan_to_num(0.0))
 
 
 @pytest.mark.parametrize("base", sorted(BASES))

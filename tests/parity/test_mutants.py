@@ -85,6 +85,7 @@ SPECS = [
     Spec("mutant:scales_q_in_place", "input mutated: q was changed", max_k=1),
     Spec("mutant:racy_output", "nondeterministic", max_k=1),
     Spec("mutant:recompile_per_batch", "compiled", fixed=COMPILE_FAMILY, shrinks=False),
+    Spec("mutant:softmax_without_max", "non-finite value(s) where the oracle is finite", max_k=1),
 ]
 SECONDS: dict[str, str] = {}
 
