@@ -257,7 +257,7 @@ def _check(args) -> int:
     from oracle.errors import InvalidInput
     from parity import report as report_mod
     from parity.runner import LoweringReport, RunOptions, check_lowering
-    from strategies import PROFILES, cases, profile_settings
+    from strategies import PROFILES, check_cases, profile_settings
 
     device, pol = _setup(args)
     names = args.lowering or lowerings.names()
@@ -272,7 +272,7 @@ def _check(args) -> int:
         raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
     from parity import shards as shards_mod
 
-    from strategies import limit_overrides, with_overrides
+    from strategies import limit_overrides
 
     overrides = limit_overrides(args.limit)
     shard_counts = shards_mod.parse_shards(args.shards, [lw.name for lw in selected])
@@ -316,8 +316,8 @@ def _check(args) -> int:
             if not args.quiet:
                 print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
                       file=sys.stderr, flush=True)
-            limits = lw.case_limits(device) if callable(getattr(lw, "case_limits", None)) else None
-            limits = with_overrides(limits, overrides)
+            plan = check_cases(lw, device, profile=args.profile, overrides=overrides)
+            limits = plan.limits
             if args.warm_up:
                 try:
                     _warm_up(lw, device, args.quiet, limits)
@@ -327,9 +327,9 @@ def _check(args) -> int:
                     print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
                           file=sys.stderr)
                     break
-            strategy = cases(lw, limits=limits)
             replay = _saved_failures(report_dir, lw.name) if shard is None or shard[0] == 0 else []
-            rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
+            rep = check_lowering(lw, pol, strategy=plan.strategy, boundaries=plan.boundaries, settings=settings,
+                                 opts=opts, yardstick=yard,
                                  replay=replay, progress=_progress(args.quiet, lines=args.part,
                                                                    label=shards_mod.shard_label(lw.name, shard)),
                                  target=PROFILES[args.profile].target, seed=args.seed, executor=executor,

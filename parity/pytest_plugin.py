@@ -256,14 +256,14 @@ def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
     (the lowering must then be registered by name in a `--plugin` file or a built-in)."""
     import lowerings
     from parity.runner import RunOptions, check_lowering
-    from strategies import PROFILES, cases, profile_settings
+    from strategies import PROFILES, check_cases, profile_settings
 
     def run(lowering, max_examples: int | None = None, isolate: bool = False, case_timeout: float | None = None,
             **fixed):
         ok, why = lowering.available(parity_device)
         if not ok:
             pytest.skip(f"{lowering.name} cannot run on {parity_device}: {why}")
-        limits = lowering.case_limits(parity_device) if callable(getattr(lowering, "case_limits", None)) else None
+        plan = check_cases(lowering, parity_device, profile=parity_profile, **fixed)
         s = profile_settings(parity_profile, max_examples=max_examples or pytestconfig.getoption("--parity-max-examples"))
         opts = RunOptions(device=parity_device)
         executor = None
@@ -273,9 +273,9 @@ def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
                                         tolerances=pytestconfig.getoption("--parity-tolerances"), opts=opts,
                                         case_timeout=case_timeout or DEFAULT_CASE_TIMEOUT)
         try:
-            rep = check_lowering(lowering, parity_policy, strategy=cases(lowering, limits=limits, **fixed), settings=s,
-                                 opts=opts, yardstick=lowerings.get("sdpa"), target=PROFILES[parity_profile].target,
-                                 executor=executor)
+            rep = check_lowering(lowering, parity_policy, strategy=plan.strategy, boundaries=plan.boundaries,
+                                 settings=s, opts=opts, yardstick=lowerings.get("sdpa"),
+                                 target=PROFILES[parity_profile].target, executor=executor)
         finally:
             if executor is not None:
                 executor.close()

@@ -14,6 +14,10 @@ atomically (a temporary file renamed into place), so a crash never leaves half a
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
+        "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
+                  "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
+        "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
+                  memory, parity.memory; optional),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str}]}}}
 
@@ -32,6 +36,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import torch
 
+from parity.drawn import summary_lines as drawn_summary_lines
 from parity.runner import LoweringReport, _jsonable
 
 SCHEMA = "dflash-parity/report"
@@ -107,6 +112,7 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             "max_compiles_in_a_family": max(r.compile_families.values(), default=0), "max_compiles": r.max_compiles,
             "classes": r.classes, "notes": list(r.extra), "failures": fails,
             "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
+            "drawn": r.drawn, "skipped": r.skipped,
         })
     return out
 
@@ -238,6 +244,11 @@ def summary_md(data: dict[str, Any]) -> str:
         line = phase_line(v)
         if line:
             lines.append(f"- `{name}` time: {line}")
+    for name, v in lows.items():
+        for check, sk in (v.get("skipped") or {}).items():
+            lines.append(f"- `{name}`: {check} skipped on {sk['cases']} case(s) for lack of device memory "
+                         f"(first: {sk['why']})")
+    lines += drawn_summary_lines(lows)
     for name in failed:
         v = lows[name]
         lines += ["", f"## `{name}` failed", ""]

@@ -12,7 +12,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -22,6 +22,8 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
+from parity import drawn as drawn_mod
+from parity import footprint, memory
 from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
 from parity.policy import Policy
@@ -42,6 +44,7 @@ class CaseOutcome:
     reason: str = ""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
+    skipped: dict[str, str] = field(default_factory=dict)  # check -> why it did not run (device memory)
 
     @property
     def passed(self) -> bool:
@@ -63,7 +66,7 @@ class CaseOutcome:
                 "failures": self.failures, "reason": self.reason, "margin": _finite(self.margin),
                 "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
                 "compiles": dict(self.compiles), "seconds": round(self.seconds, 4),
-                "phases": {k: round(v, 5) for k, v in self.phases.items()},
+                "phases": {k: round(v, 5) for k, v in self.phases.items()}, "skipped": dict(self.skipped),
                 "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
 
     @classmethod
@@ -79,7 +82,8 @@ class CaseOutcome:
                    calls=dict(data.get("calls", {})), expected_calls=dict(data.get("expected_calls", {})),
                    compiles=dict(data.get("compiles", {})), reason=data.get("reason", ""),
                    seconds=float(data.get("seconds", 0.0)),
-                   phases={k: float(v) for k, v in data.get("phases", {}).items()})
+                   phases={k: float(v) for k, v in data.get("phases", {}).items()},
+                   skipped=dict(data.get("skipped", {})))
 
     def summary(self) -> str:
         if self.status == "unsupported":
@@ -155,6 +159,9 @@ class RunOptions:
     # A lowering that declares `writes_given_output` gets poisoned, guarded `out`/`lse_out` buffers and is
     # checked to return them, to write every element and nothing past either end. Off: no buffers given.
     check_output_buffers: bool = True
+    # The device memory a case may use, in bytes (None: measured before each step, parity.memory): a
+    # hardening step whose tensors would not fit is skipped and says so in the outcome and the report.
+    memory_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -263,6 +270,19 @@ def output_buffer_failures(result: LoweringResult, bufs: tuple[GuardedBuffer, Gu
     return msgs
 
 
+def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
+    """The yardstick's output on a copy of the inputs, or on the inputs themselves when a copy does not fit
+    (the yardstick, `sdpa`, writes none of its inputs: its own check says so); None, with the reason in
+    `outcome.skipped`, when its working set does not fit either."""
+    case = inputs.case
+    need = footprint.yardstick_bytes(case)
+    if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
+        return None
+    if memory.fits(None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
+        return yardstick.run(inputs.clone()).out
+    return yardstick.run(inputs).out
+
+
 def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),
              yardstick: Lowering | None = None) -> CaseOutcome:
     """Run `case` through `lowering` and judge it (see module docstring)."""
@@ -279,9 +299,12 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     yard_out = None
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
-            yard_out = yardstick.run(inputs.clone()).out
+            yard_out = run_yardstick(yardstick, inputs, opts, outcome)
     with _Phase(outcome, "build"):
-        before = {k: v.clone() for k, v in inputs.tensors().items()} if opts.check_inputs_untouched else None
+        before = None
+        if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
+                                                       "a snapshot of the inputs to compare against"):
+            before = {k: v.clone() for k, v in inputs.tensors().items()}
     try:
         with _Phase(outcome, "lowering"):
             result = _call(lowering, inputs, outcome)
@@ -304,11 +327,15 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
                 outcome.failures.append(msg)
         if before is not None:
             outcome.failures.extend(untouched_failures(case, before, inputs))
-    if opts.check_determinism and not outcome.failures:
+    if opts.check_determinism and not outcome.failures and memory.fits(
+            outcome, memory.RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "the other canary's inputs and the lowering's second run"):
         with _Phase(outcome, "hardening"):
-            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol))
+            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome))
     if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
-            and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures):
+            and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures
+            and memory.fits(outcome, memory.KERNEL_NAMES, case, opts,
+                            footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES), "a profiled run's inputs")):
         with _Phase(outcome, "kernel_names"):
             outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
     if outcome.failures:
@@ -328,15 +355,19 @@ def _differing_requests(a: torch.Tensor, b: torch.Tensor) -> list[int]:
 def _negate_context(inputs: Inputs, b: int) -> None:
     """Perturb request `b`'s context in the pool (negation is exact in every dtype), nothing else."""
     c = inputs.case
-    for t in range(c.context_lens[b]):
-        page, slot = c.pages[b][t // c.page_size], t % c.page_size
-        for pool in (inputs.k_pool, inputs.v_pool):
-            view = pool[page, slot] if c.layout == "NHD" else pool[page, :, slot]
-            view.copy_((-view.float()).to(pool.dtype))
+    dev = inputs.k_pool.device
+    t = torch.arange(c.context_lens[b], device=dev)
+    page = torch.tensor(c.pages[b], dtype=torch.long, device=dev)[t // c.page_size]
+    slot = t % c.page_size
+    for pool in (inputs.k_pool, inputs.v_pool):
+        if c.layout == "NHD":
+            pool[page, slot] = (-pool[page, slot].float()).to(pool.dtype)
+        else:
+            pool[page, :, slot] = (-pool[page, :, slot].float()).to(pool.dtype)
 
 
 def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: LoweringResult,
-                   ref: reference.OracleResult, tol) -> list[str]:
+                   ref: reference.OracleResult, tol, outcome: CaseOutcome | None = None) -> list[str]:
     """Second run with the other canary (NaN <-> large finite value in every slot no request owns):
 
     - a deterministic lowering must give the same bits; where it does not, a third run with the first
@@ -377,7 +408,10 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
             msgs.append(f"nondeterministic: a second run on the same inputs changed {n} output element(s)")
         return msgs
     B = case.batch_size
-    if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0:
+    if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0 and (outcome is None or memory.fits(
+            outcome, memory.ISOLATION, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "the perturbed inputs of the request-isolation run")):
+        del second_in
         pert, _ = prepare_inputs(lowering, case, opts)
         _negate_context(pert, B - 1)
         try:
@@ -495,6 +529,8 @@ class LoweringReport:
     extra: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
     interrupted: bool = False  # stopped by KeyboardInterrupt (SIGINT): a partial run, reported as a failure
+    drawn: dict = field(default_factory=drawn_mod.new)  # histograms of what was drawn (parity.drawn)
+    skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
 
     @property
     def worst_margin(self) -> float:
@@ -504,6 +540,10 @@ class LoweringReport:
         if out.status == SKIPPED:  # another shard's case: not this report's
             return
         self.cases += 1
+        drawn_mod.add(self.drawn, out.case)
+        for check, why in out.skipped.items():
+            entry = self.skipped.setdefault(check, {"cases": 0, "why": why})
+            entry["cases"] += 1
         for k, v in out.phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
         if out.status == "unsupported":
@@ -607,12 +647,51 @@ class CaseExecutor(Protocol):
     def run(self, lowering_name: str, case: Case) -> CaseOutcome: ...
 
 
+def _run_boundaries(boundaries: Sequence[Any], lowering: Lowering, policy: Policy, opts: RunOptions,
+                    yardstick: Lowering | None, run_case: Callable[..., CaseOutcome], report: LoweringReport,
+                    progress) -> tuple[bool, tuple[CaseOutcome, str] | None]:
+    """Run the boundary cases in order, up to the first that fails. Returns `(done, failure)`: `done` when
+    the report is final (a failing case whose other side passes: the bug needs this side of a declared
+    boundary, and the case, every other field at its simplest, is minimal: recorded as shrunk); else the
+    first failing case and its label, for `check_lowering` to report if the random draw finds none to
+    shrink."""
+    ran: dict[str, CaseOutcome] = {}
+
+    def run(case: Case) -> CaseOutcome:
+        key = case.to_json(indent=None)
+        if key not in ran:
+            raise_if_requested()
+            out = ran[key] = run_case(lowering, case, policy, opts, yardstick)
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+        return ran[key]
+
+    for bnd in boundaries:
+        out = run(bnd.case)
+        if out.status != "fail":
+            continue
+        if bnd.other_side is not None and run(bnd.other_side).status == "pass":
+            report.failures.append(Failure(out, shrunk=True))
+            report.extra.append(f"caught by the boundary case {bnd.label}, run before the random draw: its other "
+                                f"side passes and every other field is the simplest, so it is the minimal case")
+            report.status = "fail"
+            return True, None
+        return False, (out, bnd.label)
+    return False, None
+
+
 def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
                    yardstick: Lowering | None = None, replay: list[Case] = (),
                    progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
                    target: bool = False, seed: int | None = None,
-                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None) -> LoweringReport:
-    """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded.
+                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
+                   boundaries: Sequence[Any] = ()) -> LoweringReport:
+    """Replay saved failures, run the boundary cases, then draw cases with hypothesis; a failure is shrunk
+    and recorded.
+
+    `boundaries` (`strategies.Boundary`: `.case`, `.label`, `.other_side`; `strategies.check_cases`
+    gives a lowering's) run before the first drawn case, whatever the seed (`_run_boundaries`).
 
     `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
     `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
@@ -655,6 +734,20 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         report.seconds = time.perf_counter() - t0
         return report
 
+    boundary_failure = None
+    if boundaries and (shard is None or shard[0] == 0):  # like the replays: once, in the first shard
+        try:
+            done, boundary_failure = _run_boundaries(boundaries, lowering, policy, opts, yardstick, run_case,
+                                                     report, progress)
+        except KeyboardInterrupt:
+            report.status, report.interrupted = "fail", True
+            report.extra.append(f"interrupted after {report.cases} case(s), running the boundary cases: a partial "
+                                f"run, not a verdict")
+            done = True
+        if done:
+            report.seconds = time.perf_counter() - t0
+            return report
+
     if shard is not None:  # after the replays: they run in every shard that is given them
         run_case = _sharded_run_case(run_case, shard)
         if progress is not None:
@@ -691,6 +784,10 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         report.failures.append(Failure(failed[0].outcome, shrunk=False))
         report.extra.append(f"flaky: the case below failed, then passed when hypothesis replayed it "
                             f"({failed[0].outcome.failures[0][:120]}); not shrunk")
+    if boundary_failure is not None and not report.failures and not report.interrupted:
+        report.failures.append(Failure(boundary_failure[0], shrunk=False))
+        report.extra.append(f"caught by the boundary case ({boundary_failure[1]}) run before the random draw, "
+                            f"which did not reach it in {report.cases} case(s); not shrunk")
     msg = compile_budget_message(lowering, report)
     if msg:
         report.extra.append(msg)

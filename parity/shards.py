@@ -120,6 +120,16 @@ def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for fam, n in v.get(FAMILY_KEYS, {}).items():
             families[fam] = max(families.get(fam, 0), n)
     out.update(compiles=compiles, classes=classes, phase_seconds=phases)
+    if any("drawn" in v for v in ran):
+        from parity import drawn
+        out["drawn"] = drawn.merge([v.get("drawn") for v in ran])
+    skipped: dict[str, dict[str, Any]] = {}
+    for v in ran:
+        for check, sk in (v.get("skipped") or {}).items():
+            entry = skipped.setdefault(check, {"cases": 0, "why": sk.get("why", "")})
+            entry["cases"] += int(sk.get("cases", 0))
+    if skipped:
+        out["skipped"] = skipped
     out["compile_families"] = len(families) if families else max(v.get("compile_families", 0) for v in ran)
     out["max_compiles_in_a_family"] = max(v.get("max_compiles_in_a_family", 0) for v in ran)
     out.pop(FAMILY_KEYS, None)

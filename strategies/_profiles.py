@@ -4,11 +4,15 @@
 - `ci`: derandomized (the same cases every run), no deadline, no database: CI is deterministic.
 - `gpu`: more cases per lowering on a GPU runner, derandomized.
 - `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
+- `scale`: the nightly GPU run at production scale: batches up to 256, contexts to 128K, pools padded
+  past 2**31 and 2**32 elements, three quarters of the GPU for one case (`Profile.limits`: defaults for
+  the limits a lowering leaves unset).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -20,6 +24,10 @@ class Profile:
     derandomize: bool
     target: bool
     description: str
+    # Defaults for the production limits a lowering leaves None (strategies._production.resolve), and the
+    # share of the GPU's memory one case may take (None: parity.footprint.CUDA_SHARE).
+    limits: dict[str, Any] = field(default_factory=dict)
+    case_share: float | None = None
 
 
 PROFILES = {
@@ -27,6 +35,9 @@ PROFILES = {
     "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database"),
     "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized"),
     "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error"),
+    "scale": Profile("scale", 200, True, False, "nightly on a GPU at production scale: B to 256, 128K contexts, "
+                     "pools past 2**31 elements", limits=dict(max_production_batch=256, max_pool_elements=2**33),
+                     case_share=0.75),
 }
 
 
