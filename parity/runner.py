@@ -612,13 +612,15 @@ def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., C
 SKIPPED = "skipped"  # the status of a case another shard runs (`_sharded_run_case`); never reported
 
 
-def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int]) -> Callable[..., CaseOutcome]:
+def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],
+                      failing: bool = False) -> Callable[..., CaseOutcome]:
     """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs those whose draw index is `i`
     modulo `n` and answers SKIPPED (a pass, to hypothesis) for the rest, so that the `n` shards of a
     derandomized profile draw the serial run's sequence and together run each of its cases once. After a
-    failure it runs every case: hypothesis's shrinking must see each of its attempts judged."""
+    failure (or from the start, `failing`: a boundary case failed, the draw is to shrink it) it runs every
+    case: hypothesis's shrinking must see each of its attempts judged."""
     i, n = shard
-    state = {"drawn": 0, "failing": False}
+    state = {"drawn": 0, "failing": failing}
 
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
         idx = state["drawn"]
@@ -749,7 +751,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
             return report
 
     if shard is not None:  # after the replays: they run in every shard that is given them
-        run_case = _sharded_run_case(run_case, shard)
+        run_case = _sharded_run_case(run_case, shard, failing=boundary_failure is not None)
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
@@ -770,8 +772,11 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     if seed is not None:
         from hypothesis import seed as hyp_seed
         prop = hyp_seed(seed)(prop)
+    from strategies._determinism import seed_only_draws
+
     try:
-        prop()
+        with seed_only_draws():  # the same cases in any process, whatever it imported
+            prop()
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
