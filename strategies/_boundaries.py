@@ -6,7 +6,7 @@ so they run before the first random case of every run:
 
 - the lowering's declared dispatch boundaries (`dispatch_boundaries()`, optional): for each value `t`,
   `t` and `t + 1` of its field: `batch_size` (B), `context_len` (L of one request), `keys` (its `L + K`);
-- powers of two: contexts `L = 2^k - 1, 2^k, 2^k + 1` for k = 8..17 with K = 1 (so `L + K` runs
+- powers of two: contexts `L = 2^k - 1, 2^k, 2^k + 1` for k = 8 and 11..17 with K = 1 (so `L + K` runs
   `2^k .. 2^k + 2`), up to the limits' `max_production_context` (k < 11: or `max_context`), and
   `L = 2^k + 1` once more under the tightest window (`W = 1`: query `p` sees key `p` only): fixed-size
   buffers, split-KV chunks and positions held in bf16 (exact to 2^8) or fp16 (to 2^11) break there. The
@@ -35,7 +35,7 @@ PAGE = 16
 WINDOW_K = 4
 # L = 2^k - 1, 2^k, 2^k + 1 up to the limits' longest context: 2^8 and 2^11 bound the integers bf16 and fp16
 # hold exactly (positions), 2^11..2^17 the production lengths (buffers, split-KV chunks).
-POWER_EXPONENTS = range(8, 18)
+POWER_EXPONENTS = (8, *range(11, 18))
 NO_WINDOW = ("noncausal", None)
 TIGHT = ("noncausal_swa", 1)  # each query sees its own position only: a position off by one shows
 
