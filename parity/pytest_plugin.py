@@ -250,7 +250,8 @@ def parity_profile(pytestconfig: pytest.Config) -> str:
 @pytest.fixture
 def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
     """`parity_check(lowering, max_examples=None, isolate=False, case_timeout=None, **case_fields)
-    -> LoweringReport`: the sweep `dflash-parity check` runs; skips when the lowering cannot run here,
+    -> LoweringReport`: the sweep `dflash-parity check` runs (the lowering's limits with the device's
+    production defaults, its boundary cases first unless `case_fields` fix some); skips when the lowering cannot run here,
     fails with the shrunk case's verdict. `isolate=True` runs each case in a worker process (see
     `parity.isolation`): a crash or a hang fails the test with the shrunk case instead of killing pytest
     (the lowering must then be registered by name in a `--plugin` file or a built-in)."""

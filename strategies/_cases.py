@@ -194,14 +194,17 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
-def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
+def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
+    """The case of `p`, or of the first repair of it `lowering` supports; `refit(q)` (a production draw's
+    budget, `strategies._production.fit_budget`) applies to each repaired candidate."""
+    make = build_case if refit is None else (lambda q: build_case(refit(q)))
     case = build_case(p)
     if lowering is None or lowering.supports(case) is None:
         return case
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
             q = dict(p, **{key: alt})
-            cand = build_case(q)
+            cand = make(q)
             if lowering.supports(cand) is None:
                 return cand
     # Two fields at once (e.g. window and page size) as a last resort.
@@ -211,7 +214,7 @@ def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
                 continue
             for a1 in alts1:
                 for a2 in alts2:
-                    cand = build_case(dict(p, **{key1: a1, key2: a2}))
+                    cand = make(dict(p, **{key1: a1, key2: a2}))
                     if lowering.supports(cand) is None:
                         return cand
     return None
@@ -268,4 +271,7 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     if unknown:
         raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
 
-    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering)).filter(lambda c: c is not None)
+    def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a production case: fit it again
+        return fit_budget(q, lim) if "pool_elements" in q else q
+
+    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering, refit)).filter(lambda c: c is not None)

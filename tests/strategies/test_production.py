@@ -99,9 +99,11 @@ def test_production_draws_reach_the_production_space():
     assert any(max(c.context_lens) in powers or _keys(c) in powers for c in long)
 
 
-def test_every_draw_fits_its_memory_budget():
+@pytest.mark.parametrize("lowering", [None, "context[flashinfer-fa3]"])
+def test_every_draw_fits_its_memory_budget(lowering):
+    """Repairs included: fa3 declines fp8 pools, repaired to bf16 ones (twice the bytes), fitted again."""
     small = resolve(Limits(max_case_bytes=256 << 20), "cuda")
-    seen = _collect(cases(limits=small), n=200)
+    seen = _collect(cases(lowerings.get(lowering) if lowering else None, limits=small), n=200)
     assert all(run_bytes(c) <= small.max_case_bytes for c in seen), max(run_bytes(c) for c in seen)
     assert all(c.num_pages <= MAX_CASE_PAGES + 8 for c in seen)
     assert any(max(c.context_lens) > 4096 for c in seen), "long contexts on the heads that fit"
