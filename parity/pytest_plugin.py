@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--lowering", action="append", default=[], metavar="NAME", help="lowering(s) to check (default: all)")
     g.addoption("--plugin", action="append", default=[], metavar="FILE.py", help="file(s) that register lowerings")
     g.addoption("--parity-device", default=None, choices=("cpu", "cuda"), help="device (default: cuda if available)")
-    g.addoption("--parity-profile", default=None, choices=("dev", "ci", "gpu", "nightly"),
+    g.addoption("--parity-profile", default=None, choices=("dev", "ci", "gpu", "nightly", "scale"),
                 help="hypothesis profile (default: ci when CI is set, else dev)")
     g.addoption("--parity-max-examples", type=int, default=None, help="cases per lowering")
     g.addoption("--parity-tolerances", default=None, metavar="TOML", help="tolerance policy file")

@@ -118,11 +118,12 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names")
+PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
 """Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
 usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
 lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiled run that
-reads GPU kernel names."""
+reads GPU kernel names, and a large case's wait for room on a GPU other processes share
+(`parity.memory.device_lease`)."""
 
 
 class _Phase:
@@ -290,6 +291,15 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     why = lowering.supports(case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+        outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
+    if held.waited:
+        outcome.phases["wait"] = held.waited
+    return outcome
+
+
+def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None,
+              t0: float) -> CaseOutcome:
     outcome = CaseOutcome(lowering.name, case, "pass")
     with _Phase(outcome, "build"):
         inputs, bufs = prepare_inputs(lowering, case, opts)

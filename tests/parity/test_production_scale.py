@@ -220,3 +220,32 @@ def test_draws_do_not_depend_on_the_modules_a_process_imported(policy, tmp_path,
         assert _drawn_cases(policy, lw) != before
     finally:
         sys.modules.pop("dflash_many_constants", None)
+
+
+def test_large_cases_on_one_gpu_lease_their_bytes(tmp_path):
+    """The ledger `check --jobs N` processes share on a GPU: a large case runs when the leases held fit with
+    it (or none is held), waits otherwise, and a dead process's lease does not block anyone."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "ledger.json"
+    me, other = os.getpid(), os.getppid()  # two live processes
+    assert memory.lease(path, 70, 100, pid=other)
+    assert not memory.lease(path, 40, 100, pid=me)  # 70 + 40 > 100: wait
+    assert memory.lease(path, 30, 100, pid=me)  # fits beside it
+    memory.release(path, pid=me)
+    memory.release(path, pid=other)
+    assert memory.lease(path, 500, 100, pid=me), "alone, a case larger than the cap still runs"
+    memory.release(path, pid=me)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert memory.lease(path, 90, 100, pid=dead.pid)
+    assert memory.lease(path, 90, 100, pid=me), "a dead process's lease is dropped"
+    assert json.loads(path.read_text()) == {str(me): 90}
+
+
+def test_a_small_case_or_a_cpu_run_takes_no_lease():
+    case = build_case(BASE)
+    with memory.device_lease(case, RunOptions(device="cpu")) as held:
+        assert held.path is None and held.waited == 0.0
