@@ -33,7 +33,10 @@ WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow)."""
+    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow). The
+    `max_*`/`models` fields after `kv_dtypes` bound the production dimension (strategies._production);
+    left None, `strategies.limits_for` sets them for the device (CUDA: contexts to 131072, every model
+    row; CPU: off)."""
 
     max_batch: int = 33
     max_context: int = 300
@@ -259,8 +262,9 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
 def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -> st.SearchStrategy[Case]:
     """Valid cases (that `lowering` supports, when given), boundary values first.
 
-    `limits` bounds the shapes (default: the lowering's `case_limits(device)` if it has one, else
-    `Limits()`); keyword arguments fix fields (`block_size=7`, `window=("causal", None)`,
+    `limits` bounds the shapes (default `Limits()`; `strategies.limits_for(lowering, device)` gives what
+    `check` draws under, the device's production defaults included; production fields left None here
+    mean no production draws); keyword arguments fix fields (`block_size=7`, `window=("causal", None)`,
     `context_lens=[0, 17]`, `batch_size=32`, ...).
     """
     lim = resolve(limits or Limits(), None)  # production fields left None: off (limits_for sets a device's)
