@@ -69,6 +69,13 @@ class Lowering(Protocol):
 
     Optional (read with `getattr`, so lowerings written before it stay valid):
 
+    - `case_limits(device) -> strategies.Limits | None`: bounds on what is drawn for it on `device`; a
+      field left None takes the device's default (`strategies.limits_for`), the production dimension
+      (contexts to 128K, model rows) included.
+    - `dispatch_boundaries() -> {field: (t, ...)}` (`batch_size`, `context_len` or `keys`): where its
+      dispatch switches between `t` and `t + 1`; both sides are drawn before any random case of every
+      check (`strategies._boundaries`).
+
     - `writes_given_output` (default False): the lowering writes its result into `inputs.out` and
       `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
       poisoned, guarded buffers and checks that the returned tensors are those buffers, that every

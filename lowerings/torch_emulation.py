@@ -24,6 +24,8 @@ from oracle.case import Case
 from oracle.inputs import Inputs
 
 DECODE_ROWS_MAX_BATCH = 32  # the dispatch threshold of seed 002
+SDPA_GROUPED_ELEMENTS = 1 << 26  # past this many K elements (Hq x T x D), sdpa runs one KV head's group at a time
+CPU_PRODUCTION_CONTEXT = 8192  # the torch lowerings' longest drawn context on a CPU (strategies._production)
 
 
 class TorchLoweringBase:
@@ -41,6 +43,14 @@ class TorchLoweringBase:
         return True, ""
 
     def supports(self, case: Case) -> str | None:
+        return None
+
+    def case_limits(self, device: str):
+        """On a CPU, long contexts (to 8192 keys, past the 4096 where fixed-size buffers and split-KV
+        boundaries bite) on small heads; on CUDA, the device's production defaults (None)."""
+        if device == "cpu":
+            from strategies import Limits
+            return Limits(max_production_context=CPU_PRODUCTION_CONTEXT)
         return None
 
     def __repr__(self) -> str:
@@ -79,8 +89,8 @@ class Sdpa(TorchLoweringBase):
             pid = inputs.page_table[b].to(torch.long)[t // ps]
             k_ctx = _paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
             v_ctx = _paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
-            k = torch.cat([k_ctx, inputs.k_block[b]]).transpose(0, 1).repeat_interleave(G, 0)  # [Hq, T, D]
-            v = torch.cat([v_ctx, inputs.v_block[b]]).transpose(0, 1).repeat_interleave(G, 0)
+            k = torch.cat([k_ctx, inputs.k_block[b]]).transpose(0, 1)  # [Hkv, T, D]
+            v = torch.cat([v_ctx, inputs.v_block[b]]).transpose(0, 1)
             q = inputs.q[b].transpose(0, 1)  # [Hq, K, D]
             pos = L + torch.arange(K, device=inputs.device).view(-1, 1)
             tt = torch.arange(L + K, device=inputs.device).view(1, -1)
@@ -91,11 +101,21 @@ class Sdpa(TorchLoweringBase):
             if right != -1:
                 mask &= tt <= pos + right
             counters.record("torch.sdpa")
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c.softmax_scale)
-            s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * c.softmax_scale
-            lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1)
-            outs.append(o.transpose(0, 1))
-            lses.append(lse.transpose(0, 1))
+            # All heads at once ([Hq, T, D] K/V, GQA repeated), or one KV head's query group at a time past
+            # SDPA_GROUPED_ELEMENTS (the same values: each head's attention is computed on its own).
+            groups = [(0, c.num_kv_heads)] if c.num_q_heads * (L + K) * D <= SDPA_GROUPED_ELEMENTS else \
+                [(h, h + 1) for h in range(c.num_kv_heads)]
+            o_parts, lse_parts = [], []
+            for h0, h1 in groups:
+                kh = k[h0:h1].repeat_interleave(G, 0)  # [(h1 - h0) * G, T, D]
+                vh = v[h0:h1].repeat_interleave(G, 0)
+                qh = q[h0 * G:h1 * G]
+                o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=c.softmax_scale))
+                s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * c.softmax_scale
+                lse_parts.append(torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1))
+                del kh, vh, s
+            outs.append(torch.cat(o_parts).transpose(0, 1))
+            lses.append(torch.cat(lse_parts).transpose(0, 1))
         return LoweringResult(out=torch.stack(outs), lse=torch.stack(lses))
 
 
@@ -161,6 +181,10 @@ class DecodeRows(TorchLoweringBase):
             return f"decode rows all end at L+K: exact for non-causal unwindowed layers only, got window={case.window}"
         return None
 
+    def dispatch_boundaries(self) -> dict[str, tuple[int, ...]]:
+        """Decode rows up to B = threshold, the context form from threshold + 1: both drawn first."""
+        return {"batch_size": (self.threshold,)}
+
     def expected_calls(self, case: Case) -> dict[str, int]:
         kernel = "torch.paged_decode" if case.batch_size <= self.threshold else "torch.paged_prefill"
         return {**_append_calls(case), kernel: 1}
@@ -216,10 +240,12 @@ class WindowedMerge(TorchLoweringBase):
         if device == "cuda":
             return Limits(max_context=2048)
         if self.form == "triton":
-            return Limits(max_batch=4, max_context=140, max_kv_heads=2, max_group=4, head_dims=(64,))
+            return Limits(max_batch=4, max_context=140, max_kv_heads=2, max_group=4, head_dims=(64,),
+                          max_production_context=0)
         if self.form == "compiled":
-            return Limits(max_batch=33, max_context=200, max_kv_heads=2, max_group=4, head_dims=(64,))
-        return None
+            return Limits(max_batch=33, max_context=200, max_kv_heads=2, max_group=4, head_dims=(64,),
+                          max_production_context=CPU_PRODUCTION_CONTEXT)
+        return super().case_limits(device)
 
     def merge_calls(self, case: Case) -> dict[str, int]:
         return {"eager": {"torch.merge_eager": 1}, "compiled": {"torch.compile[merge_unrolled]": 1},

@@ -51,7 +51,8 @@ class HybridPaged:
         from strategies import Limits
         if device == "cuda":
             return Limits(max_batch=64, max_context=4096, max_kv_heads=4, max_group=8, max_block=16)
-        return Limits(max_batch=3, max_context=140, max_kv_heads=2, max_group=5, max_block=8, head_dims=(64,))
+        return Limits(max_batch=3, max_context=140, max_kv_heads=2, max_group=5, max_block=8, head_dims=(64,),
+                      max_production_context=0)
 
     def compile_family(self, case: Case) -> tuple:
         """What a deployed drafter fixes: dtypes, head dim, page size, K and the head counts (Triton

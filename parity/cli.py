@@ -347,7 +347,7 @@ def _check(args) -> int:
     from parity import report as report_mod
     from parity import hooks
     from parity.runner import LoweringReport, RunOptions, check_lowering, hook_failure_report
-    from strategies import PROFILES, cases, profile_settings
+    from strategies import PROFILES, check_cases, profile_settings
 
     device, pol = _setup(args, probe=not args.no_isolate and not args.part)
     names = args.lowering or lowerings.names()
@@ -360,7 +360,7 @@ def _check(args) -> int:
         raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
     from parity import shards as shards_mod
 
-    from strategies import limit_overrides, with_overrides
+    from strategies import limit_overrides
 
     overrides = limit_overrides(args.limit)
     shard_counts = shards_mod.parse_shards(args.shards, [lw.name for lw in selected])
@@ -431,10 +431,9 @@ def _check(args) -> int:
                       file=sys.stderr, flush=True)
             rep = None
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
-                limits = hooks.call(lw, "case_limits", device) if callable(getattr(lw, "case_limits", None)) else None
-                limits = with_overrides(limits, overrides)
+                plan = check_cases(lw, device, profile=args.profile, overrides=overrides)  # case_limits, supports
                 if args.warm_up:
-                    _warm_up(lw, device, args.quiet, limits)
+                    _warm_up(lw, device, args.quiet, plan.limits)
             except hooks.HookFailure as hf:
                 rep = hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter())
             except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
@@ -444,10 +443,10 @@ def _check(args) -> int:
                       file=sys.stderr)
                 break
             if rep is None:
-                strategy = cases(lw, limits=limits)
-                rep = check_lowering(lw, pol, strategy=strategy, settings=settings, opts=opts, yardstick=yard,
-                                     replay=replays[lw.name], progress=_progress(args.quiet, lines=args.part,
-                                                                       label=shards_mod.shard_label(lw.name, shard)),
+                rep = check_lowering(lw, pol, strategy=plan.strategy, boundaries=plan.boundaries, settings=settings,
+                                     opts=opts, yardstick=yard, replay=replays[lw.name],
+                                     progress=_progress(args.quiet, lines=args.part,
+                                                        label=shards_mod.shard_label(lw.name, shard)),
                                      target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
                                      shard=shard, flaky_runs=PROFILES[args.profile].flaky_runs, sanitizer=sanitizer)
             if not args.quiet and sys.stderr.isatty() and not args.part:

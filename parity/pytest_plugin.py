@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--lowering", action="append", default=[], metavar="NAME", help="lowering(s) to check (default: all)")
     g.addoption("--plugin", action="append", default=[], metavar="FILE.py", help="file(s) that register lowerings")
     g.addoption("--parity-device", default=None, choices=("cpu", "cuda"), help="device (default: cuda if available)")
-    g.addoption("--parity-profile", default=None, choices=("dev", "ci", "gpu", "nightly"),
+    g.addoption("--parity-profile", default=None, choices=("dev", "ci", "gpu", "nightly", "scale"),
                 help="hypothesis profile (default: ci when CI is set, else dev)")
     g.addoption("--parity-max-examples", type=int, default=None, help="cases per lowering")
     g.addoption("--parity-tolerances", default=None, metavar="TOML", help="tolerance policy file")
@@ -253,20 +253,25 @@ def parity_profile(pytestconfig: pytest.Config) -> str:
 @pytest.fixture
 def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
     """`parity_check(lowering, max_examples=None, isolate=False, case_timeout=None, **case_fields)
-    -> LoweringReport`: the sweep `dflash-parity check` runs; skips when the lowering cannot run here,
+    -> LoweringReport`: the sweep `dflash-parity check` runs (the lowering's limits with the device's
+    production defaults, its boundary cases first unless `case_fields` fix some); skips when the lowering cannot run here,
     fails with the shrunk case's verdict. `isolate=True` runs each case in a worker process (see
     `parity.isolation`): a crash or a hang fails the test with the shrunk case instead of killing pytest
     (the lowering must then be registered by name in a `--plugin` file or a built-in)."""
     import lowerings
+    from parity.hooks import HookFailure
     from parity.runner import RunOptions, check_lowering
-    from strategies import PROFILES, cases, profile_settings
+    from strategies import PROFILES, check_cases, profile_settings
 
     def run(lowering, max_examples: int | None = None, isolate: bool = False, case_timeout: float | None = None,
             **fixed):
         ok, why = lowering.available(parity_device)
         if not ok:
             pytest.skip(f"{lowering.name} cannot run on {parity_device}: {why}")
-        limits = lowering.case_limits(parity_device) if callable(getattr(lowering, "case_limits", None)) else None
+        try:  # its case_limits, dispatch_boundaries and supports hooks (the boundary cases), under the watchdog
+            plan = check_cases(lowering, parity_device, profile=parity_profile, **fixed)
+        except HookFailure as hf:  # a BaseException: failed here, as check_lowering fails it, not the session
+            pytest.fail(f"{lowering.name} failed parity on {parity_device}: {hf.message}", pytrace=False)
         s = profile_settings(parity_profile, max_examples=max_examples or pytestconfig.getoption("--parity-max-examples"))
         opts = RunOptions(device=parity_device)
         executor = None
@@ -276,9 +281,10 @@ def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
                                         tolerances=pytestconfig.getoption("--parity-tolerances"), opts=opts,
                                         case_timeout=case_timeout or DEFAULT_CASE_TIMEOUT)
         try:
-            rep = check_lowering(lowering, parity_policy, strategy=cases(lowering, limits=limits, **fixed), settings=s,
-                                 opts=opts, yardstick=lowerings.get("sdpa"), target=PROFILES[parity_profile].target,
-                                 executor=executor, flaky_runs=PROFILES[parity_profile].flaky_runs)
+            rep = check_lowering(lowering, parity_policy, strategy=plan.strategy, boundaries=plan.boundaries,
+                                 settings=s, opts=opts, yardstick=lowerings.get("sdpa"),
+                                 target=PROFILES[parity_profile].target, executor=executor,
+                                 flaky_runs=PROFILES[parity_profile].flaky_runs)
         finally:
             if executor is not None:
                 executor.close()

@@ -34,6 +34,10 @@ command}`.
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
+        "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
+                  "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
+        "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
+                  memory, parity.memory; optional),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
         "bounds": {ENTRY: {"cases": int, "why": str}} (the tolerance entries that set its cases' bounds,
                   parity.policy.ToleranceSource.label, and why they applied; optional),
@@ -60,6 +64,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import torch
 
+from parity.drawn import summary_lines as drawn_summary_lines
 from parity.runner import LoweringReport, _jsonable
 
 SCHEMA = "dflash-parity/report"
@@ -174,6 +179,7 @@ def to_json(reports: list[LoweringReport], *, device: str, profile: str, toleran
             "classes": r.classes, "notes": list(r.extra), "failures": fails,
             "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
             "bounds": {k: dict(v) for k, v in r.bounds.items()},
+            "drawn": r.drawn, "skipped": r.skipped,
         })
     return out
 
@@ -418,8 +424,12 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
         if v.get("bounds"):
             lines.append(f"- `{name}` bounds: " + "; ".join(f"`{e}` on {u['cases']} case(s) ({u['why']})"
                                                           for e, u in v["bounds"].items()))
+        for check, sk in (v.get("skipped") or {}).items():
+            lines.append(f"- `{name}`: {check} skipped on {sk['cases']} case(s) for lack of device memory "
+                         f"(first: {sk['why']})")
     for entry in data.get("tolerances_unmatched", []):
         lines.append(f"- {unmatched_line(data.get('tolerances') or 'tolerances.toml', entry)}")
+    lines += drawn_summary_lines(lows)
     for name in failed:
         v = lows[name]
         lines += ["", f"## `{name}` failed", ""]

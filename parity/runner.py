@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -21,7 +21,8 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
-from parity import hooks
+from parity import drawn as drawn_mod
+from parity import footprint, hooks, memory
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
@@ -46,6 +47,7 @@ class CaseOutcome:
     reason: str = ""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
+    skipped: dict[str, str] = field(default_factory=dict)  # check -> why it did not run (device memory)
 
     @property
     def passed(self) -> bool:
@@ -68,7 +70,7 @@ class CaseOutcome:
                 "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
                 "compiles": dict(self.compiles), "observed": dict(self.observed), "bounds": self.bounds,
                 "bounds_why": self.bounds_why, "seconds": round(self.seconds, 4),
-                "phases": {k: round(v, 5) for k, v in self.phases.items()},
+                "phases": {k: round(v, 5) for k, v in self.phases.items()}, "skipped": dict(self.skipped),
                 "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
 
     @classmethod
@@ -85,7 +87,8 @@ class CaseOutcome:
                    compiles=dict(data.get("compiles", {})), observed=dict(data.get("observed", {})),
                    bounds=data.get("bounds", ""), bounds_why=data.get("bounds_why", ""), reason=data.get("reason", ""),
                    seconds=float(data.get("seconds", 0.0)),
-                   phases={k: float(v) for k, v in data.get("phases", {}).items()})
+                   phases={k: float(v) for k, v in data.get("phases", {}).items()},
+                   skipped=dict(data.get("skipped", {})))
 
     def summary(self) -> str:
         if self.status == "unsupported":
@@ -120,11 +123,12 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names")
+PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
 """Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
 usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
 lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiled run that
-reads GPU kernel names."""
+reads GPU kernel names, and a large case's wait for room on a GPU other processes share
+(`parity.memory.device_lease`)."""
 
 
 class _Phase:
@@ -161,6 +165,9 @@ class RunOptions:
     # A lowering that declares `writes_given_output` gets poisoned, guarded `out`/`lse_out` buffers and is
     # checked to return them, to write every element and nothing past either end. Off: no buffers given.
     check_output_buffers: bool = True
+    # The device memory a case may use, in bytes (None: measured before each step, parity.memory): a
+    # hardening step whose tensors would not fit is skipped and says so in the outcome and the report.
+    memory_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -269,6 +276,19 @@ def output_buffer_failures(result: LoweringResult, bufs: tuple[GuardedBuffer, Gu
     return msgs
 
 
+def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
+    """The yardstick's output on a copy of the inputs, or on the inputs themselves when a copy does not fit
+    (the yardstick, `sdpa`, writes none of its inputs: its own check says so); None, with the reason in
+    `outcome.skipped`, when its working set does not fit either."""
+    case = inputs.case
+    need = footprint.yardstick_bytes(case)
+    if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
+        return None
+    if memory.fits(None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
+        return yardstick.run(inputs.clone()).out
+    return yardstick.run(inputs).out
+
+
 def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),
              yardstick: Lowering | None = None) -> CaseOutcome:
     """Run `case` through `lowering` and judge it (see module docstring)."""
@@ -276,6 +296,15 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     why = hooks.call(lowering, "supports", case, case=case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+        outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
+    if held.waited:
+        outcome.phases["wait"] = held.waited
+    return outcome
+
+
+def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None,
+              t0: float) -> CaseOutcome:
     outcome = CaseOutcome(lowering.name, case, "pass")
     with _Phase(outcome, "build"):
         inputs, bufs = prepare_inputs(lowering, case, opts)
@@ -287,9 +316,12 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     yard_out = None
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
-            yard_out = yardstick.run(inputs.clone()).out
+            yard_out = run_yardstick(yardstick, inputs, opts, outcome)
     with _Phase(outcome, "build"):
-        before = {k: v.clone() for k, v in inputs.tensors().items()} if opts.check_inputs_untouched else None
+        before = None
+        if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
+                                                       "a snapshot of the inputs to compare against"):
+            before = {k: v.clone() for k, v in inputs.tensors().items()}
     try:
         with _Phase(outcome, "lowering"):
             result = _call(lowering, inputs, outcome)
@@ -316,11 +348,15 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
                 outcome.failures.append(msg)
         if before is not None:
             outcome.failures.extend(untouched_failures(case, before, inputs))
-    if opts.check_determinism and not outcome.failures:
+    if opts.check_determinism and not outcome.failures and memory.fits(
+            outcome, memory.RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "the other canary's inputs and the lowering's second run"):
         with _Phase(outcome, "hardening"):
-            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol))
+            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome))
     if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
-            and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures):
+            and callable(getattr(lowering, "kernel_families", None)) and not outcome.failures
+            and memory.fits(outcome, memory.KERNEL_NAMES, case, opts,
+                            footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES), "a profiled run's inputs")):
         with _Phase(outcome, "kernel_names"):
             outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
     if outcome.failures:
@@ -351,15 +387,19 @@ def _differing_requests(a: torch.Tensor, b: torch.Tensor) -> list[int]:
 def _negate_context(inputs: Inputs, b: int) -> None:
     """Perturb request `b`'s context in the pool (negation is exact in every dtype), nothing else."""
     c = inputs.case
-    for t in range(c.context_lens[b]):
-        page, slot = c.pages[b][t // c.page_size], t % c.page_size
-        for pool in (inputs.k_pool, inputs.v_pool):
-            view = pool[page, slot] if c.layout == "NHD" else pool[page, :, slot]
-            view.copy_((-view.float()).to(pool.dtype))
+    dev = inputs.k_pool.device
+    t = torch.arange(c.context_lens[b], device=dev)
+    page = torch.tensor(c.pages[b], dtype=torch.long, device=dev)[t // c.page_size]
+    slot = t % c.page_size
+    for pool in (inputs.k_pool, inputs.v_pool):
+        if c.layout == "NHD":
+            pool[page, slot] = (-pool[page, slot].float()).to(pool.dtype)
+        else:
+            pool[page, :, slot] = (-pool[page, :, slot].float()).to(pool.dtype)
 
 
 def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: LoweringResult,
-                   ref: reference.OracleResult, tol) -> list[str]:
+                   ref: reference.OracleResult, tol, outcome: CaseOutcome | None = None) -> list[str]:
     """Second run with the other canary (NaN <-> large finite value in every slot no request owns):
 
     - a deterministic lowering must give the same bits in everything it returns (output, LSE, each
@@ -410,7 +450,10 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
             msgs.append(fl.nondeterminism_message(detail, odd_first))
         return msgs
     B = case.batch_size
-    if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0:
+    if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0 and (outcome is None or memory.fits(
+            outcome, memory.ISOLATION, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "the perturbed inputs of the request-isolation run")):
+        del second_in
         pert, _ = prepare_inputs(lowering, case, opts)
         _negate_context(pert, B - 1)
         try:
@@ -571,6 +614,8 @@ class LoweringReport:
     phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
     interrupted: bool = False  # stopped by KeyboardInterrupt (SIGINT): a partial run, reported as a failure
     bounds: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry label -> {"cases": n, "why": str}
+    drawn: dict = field(default_factory=drawn_mod.new)  # histograms of what was drawn (parity.drawn)
+    skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
 
     @property
     def worst_margin(self) -> float:
@@ -580,6 +625,10 @@ class LoweringReport:
         if out.status == SKIPPED:  # another shard's case: not this report's
             return
         self.cases += 1
+        drawn_mod.add(self.drawn, out.case)
+        for check, why in out.skipped.items():
+            entry = self.skipped.setdefault(check, {"cases": 0, "why": why})
+            entry["cases"] += 1
         for k, v in out.phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
         if out.status == "unsupported":
@@ -668,13 +717,15 @@ def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., C
 SKIPPED = "skipped"  # the status of a case another shard runs (`_sharded_run_case`); never reported
 
 
-def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int]) -> Callable[..., CaseOutcome]:
+def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],
+                      failing: bool = False) -> Callable[..., CaseOutcome]:
     """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs those whose draw index is `i`
     modulo `n` and answers SKIPPED (a pass, to hypothesis) for the rest, so that the `n` shards of a
     derandomized profile draw the serial run's sequence and together run each of its cases once. After a
-    failure it runs every case: hypothesis's shrinking must see each of its attempts judged."""
+    failure (or from the start, `failing`: a boundary case failed, the draw is to shrink it) it runs every
+    case: hypothesis's shrinking must see each of its attempts judged."""
     i, n = shard
-    state = {"drawn": 0, "failing": False}
+    state = {"drawn": 0, "failing": failing}
 
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
         idx = state["drawn"]
@@ -745,14 +796,52 @@ def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
         report.extra.append("interrupted while re-running a failure to classify it: a partial run, not a verdict")
 
 
+def _run_boundaries(boundaries: Sequence[Any], lowering: Lowering, policy: Policy, opts: RunOptions,
+                    yardstick: Lowering | None, run_case: Callable[..., CaseOutcome], report: LoweringReport,
+                    progress) -> tuple[bool, tuple[CaseOutcome, str] | None]:
+    """Run the boundary cases in order, up to the first that fails. Returns `(done, failure)`: `done` when
+    the report is final (a failing case whose other side passes: the bug needs this side of a declared
+    boundary, and the case, every other field at its simplest, is minimal: recorded as shrunk); else the
+    first failing case and its label, for `check_lowering` to report if the random draw finds none to
+    shrink."""
+    ran: dict[str, CaseOutcome] = {}
+
+    def run(case: Case) -> CaseOutcome:
+        key = case.to_json(indent=None)
+        if key not in ran:
+            raise_if_requested()
+            out = ran[key] = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+        return ran[key]
+
+    for bnd in boundaries:
+        out = run(bnd.case)
+        if out.status != "fail":
+            continue
+        if bnd.other_side is not None and run(bnd.other_side).status == "pass":
+            report.failures.append(Failure(out, shrunk=True))
+            report.extra.append(f"caught by the boundary case {bnd.label}, run before the random draw: its other "
+                                f"side passes and every other field is the simplest, so it is the minimal case")
+            report.status = "fail"
+            return True, None
+        return False, (out, bnd.label)
+    return False, None
+
+
 def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
                    yardstick: Lowering | None = None, replay: list[Case] = (),
                    progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
                    target: bool = False, seed: int | None = None,
                    executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
-                   flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None
-                   ) -> LoweringReport:
-    """Replay saved failures, then draw cases with hypothesis; a failure is shrunk and recorded.
+                   flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None,
+                   boundaries: Sequence[Any] = ()) -> LoweringReport:
+    """Replay saved failures, run the boundary cases, then draw cases with hypothesis; a failure is shrunk
+    and recorded.
+
+    `boundaries` (`strategies.Boundary`: `.case`, `.label`, `.other_side`; `strategies.check_cases`
+    gives a lowering's) run before the first drawn case, whatever the seed (`_run_boundaries`).
 
     `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
     `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
@@ -783,7 +872,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
                                executor=executor, shard=shard, run_case=run_case, flaky_runs=flaky_runs,
-                               sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case)
+                               sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case,
+                               boundaries=boundaries)
     except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
         return hook_failure_report(report, hf, t0)
 
@@ -792,7 +882,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
                     run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
-                    base_run_case: Callable[..., CaseOutcome]) -> LoweringReport:
+                    base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any]) -> LoweringReport:
     from hypothesis import given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -827,8 +917,26 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         report.seconds = time.perf_counter() - t0
         return report
 
+    boundary_failure = None
+    if boundaries and (shard is None or shard[0] == 0):  # like the replays: once, in the first shard
+        try:
+            done, boundary_failure = _run_boundaries(boundaries, lowering, policy, opts, yardstick, run_case,
+                                                     report, progress)
+        except KeyboardInterrupt:
+            report.status, report.interrupted = "fail", True
+            report.extra.append(f"interrupted after {report.cases} case(s), running the boundary cases: a partial "
+                                f"run, not a verdict")
+            done = True
+        except SystemExit as err:
+            return _exited(report, err, t0)
+        if done:
+            if flaky_runs and report.failures and not report.interrupted:
+                _name_failures(report, reruns, sanitizer)
+            report.seconds = time.perf_counter() - t0
+            return report
+
     if shard is not None:  # after the replays: they run in every shard that is given them
-        run_case = _sharded_run_case(run_case, shard)
+        run_case = _sharded_run_case(run_case, shard, failing=boundary_failure is not None)
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
@@ -852,6 +960,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     if seed is not None:
         from hypothesis import seed as hyp_seed
         prop = hyp_seed(seed)(prop)
+    from strategies._determinism import seed_only_draws
 
     def search_again(shrinking_run_case) -> None:
         """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database."""
@@ -862,10 +971,12 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         if seed is not None:
             from hypothesis import seed as hyp_seed
             again = hyp_seed(seed)(again)
-        again()
+        with seed_only_draws():  # the draws of the first search, in any process
+            again()
 
     try:
-        prop()
+        with seed_only_draws():  # the same cases in any process, whatever it imported
+            prop()
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
@@ -891,6 +1002,10 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                 report.interrupted = True
                 report.failures.append(Failure(failed[0].outcome, shrunk=False))
                 report.extra.append("interrupted while shrinking a flaky failure: a partial run, not a verdict")
+    if boundary_failure is not None and not report.failures and not report.interrupted:
+        report.failures.append(Failure(boundary_failure[0], shrunk=False))
+        report.extra.append(f"caught by the boundary case ({boundary_failure[1]}) run before the random draw, "
+                            f"which did not reach it in {report.cases} case(s); not shrunk")
     if flaky_runs and report.failures and not report.interrupted:
         _name_failures(report, reruns, sanitizer)
     msg = compile_budget_message(lowering, report)

@@ -83,6 +83,17 @@ def _worst(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return max(entries, key=lambda v: float(v.get(key) or 0.0) if not isinstance(v.get(key), str) else float("inf"))
 
 
+def _counted(ran: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """The shards' `{name: {"cases": n, "why": str}}` tables under `key` (`bounds`, `skipped`) summed: the
+    cases add up, the first shard's reason stays."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in ran:
+        for name, u in (v.get(key) or {}).items():
+            entry = out.setdefault(name, {"cases": 0, "why": u.get("why", "")})
+            entry["cases"] += int(u.get("cases", 0))
+    return out
+
+
 def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report entry from the entries of a lowering's shards (in shard order)."""
     entries = list(entries)
@@ -119,12 +130,13 @@ def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
             phases["draw"] = round(phases.get("draw", 0.0) + float(v["seconds"]) - timed, 3)
         for fam, n in v.get(FAMILY_KEYS, {}).items():
             families[fam] = max(families.get(fam, 0), n)
-    bounds: dict[str, dict[str, Any]] = {}
-    for v in ran:
-        for e, u in v.get("bounds", {}).items():
-            b = bounds.setdefault(e, {"cases": 0, "why": u.get("why", "")})
-            b["cases"] += int(u.get("cases", 0))
-    out.update(compiles=compiles, classes=classes, phase_seconds=phases, bounds=bounds)
+    out.update(compiles=compiles, classes=classes, phase_seconds=phases, bounds=_counted(ran, "bounds"))
+    if any("drawn" in v for v in ran):
+        from parity import drawn
+        out["drawn"] = drawn.merge([v.get("drawn") for v in ran])
+    skipped = _counted(ran, "skipped")
+    if skipped:
+        out["skipped"] = skipped
     out["compile_families"] = len(families) if families else max(v.get("compile_families", 0) for v in ran)
     out["max_compiles_in_a_family"] = max(v.get("max_compiles_in_a_family", 0) for v in ran)
     out.pop(FAMILY_KEYS, None)

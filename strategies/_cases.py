@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
+from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 GROUPS = (1, 2, 4, 3, 5, 6, 8)
@@ -36,7 +37,10 @@ WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow)."""
+    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow). The
+    `max_*`/`models` fields after `values` bound the production dimension (strategies._production);
+    left None, `strategies.limits_for` sets them for the device (CUDA: contexts to 131072, every model
+    row; CPU: off)."""
 
     max_batch: int = 33
     max_context: int = 300
@@ -47,6 +51,12 @@ class Limits:
     dtypes: tuple[str, ...] = ("bfloat16", "float16")
     kv_dtypes: tuple[str, ...] = ("same", "float8_e4m3fn")  # "same": the working dtype
     values: tuple[str, ...] = VALUE_REGIMES  # value regimes (oracle/values.py)
+    # The production dimension (strategies._production); None: the device's default (`limits_for`).
+    max_production_context: int | None = None  # the long requests' longest context; 0: no production draws
+    max_production_batch: int | None = None
+    models: tuple[str, ...] | None = None  # rows of strategies._models drawn; (): the small shapes' heads
+    max_case_bytes: int | None = None  # parity.footprint.run_bytes of a production draw stays under it
+    max_pool_elements: int | None = None  # pools padded past 2**31 (2**32) elements when above it; 0: never
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
@@ -61,6 +71,20 @@ class Limits:
                 raise ValueError(f"Limits.{name}: one or more of {', '.join(allowed)}, got {v!r}")
         if not self.head_dims or any(not isinstance(d, int) or d < 1 for d in self.head_dims):
             raise ValueError(f"Limits.head_dims: one or more positive integers, got {self.head_dims!r}")
+        _validate_production(self)
+
+
+def _validate_production(lim: "Limits") -> None:
+    from strategies._models import MODEL_NAMES
+
+    for name, least in (("max_production_context", 0), ("max_production_batch", 1), ("max_case_bytes", 1),
+                        ("max_pool_elements", 0)):
+        v = getattr(lim, name)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+            raise ValueError(f"Limits.{name}: None (the device's default) or an integer >= {least}, got {v!r}")
+    if lim.models is not None and (not isinstance(lim.models, tuple) or any(m not in MODEL_NAMES for m in lim.models)):
+        raise ValueError(f"Limits.models: None (the device's default) or rows of strategies._models "
+                         f"({', '.join(MODEL_NAMES)}), got {lim.models!r}")
 
 
 LIMIT_DTYPES = ("bfloat16", "float16")
@@ -69,7 +93,8 @@ LIMIT_KV_DTYPES = ("same", "bfloat16", "float16", "float8_e4m3fn")
 
 def limit_overrides(texts) -> dict[str, Any]:
     """`FIELD=VALUE[,VALUE...]` texts (the CLI's `--limit`, repeatable) -> `Limits` field overrides for
-    `dataclasses.replace`, e.g. `dtypes=float16,bfloat16`, `head_dims=64`, `max_context=4096`. A bad one
+    `dataclasses.replace`, e.g. `dtypes=float16,bfloat16`, `head_dims=64`, `max_context=4096`,
+    `max_production_context=16384`, `models=llama-3.1-8b-dflash` (`models=none`: no model rows). A bad one
     raises ValueError naming `--limit` and what is expected."""
     fields = {f.name: f.type for f in dataclasses.fields(Limits)}
     out: dict[str, Any] = {}
@@ -84,6 +109,8 @@ def limit_overrides(texts) -> dict[str, Any]:
             if len(parts) != 1 or not parts[0].isdigit():
                 raise ValueError(f"--limit {name}: one non-negative integer, got {value!r}")
             out[name] = int(parts[0])
+        elif name == "models":
+            out[name] = () if parts == ["none"] else tuple(parts)
         elif name == "head_dims":
             if not all(x.isdigit() for x in parts):
                 raise ValueError(f"--limit head_dims: positive integers separated by commas, got {value!r}")
@@ -162,8 +189,9 @@ def build_case(p: dict[str, Any]) -> Case:
     ps, K = p["page_size"], p["block_size"]
     need = [pages_needed(L, K, ps) for L in p["context_lens"]]
     extra = [p["extra_pages"] if b == 0 else 0 for b in range(len(need))]
-    num_pages = sum(need) + sum(extra) + p["spare_pages"]
-    ids = _pool_order(num_pages, p["perm_seed"])
+    pad = p.get("pool_pad", 0)  # leading spare pages (a production draw's pool past 2**31 elements)
+    num_pages = sum(need) + sum(extra) + p["spare_pages"] + pad
+    ids = [i + pad for i in _pool_order(num_pages - pad, p["perm_seed"])] if pad else _pool_order(num_pages, p["perm_seed"])
     pages, at = [], 0
     for n, e in zip(need, extra):
         pages.append(tuple(ids[at: at + n + e]))
@@ -197,14 +225,17 @@ def _supported(lowering: Any, case: Case) -> bool:
     return hooks.call(lowering, "supports", case, case=case) is None
 
 
-def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
+def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
+    """The case of `p`, or of the first repair of it `lowering` supports; `refit(q)` (a production draw's
+    budget, `strategies._production.fit_budget`) applies to each repaired candidate."""
+    make = build_case if refit is None else (lambda q: build_case(refit(q)))
     case = build_case(p)
     if lowering is None or _supported(lowering, case):
         return case
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
             q = dict(p, **{key: alt})
-            cand = build_case(q)
+            cand = make(q)
             if _supported(lowering, cand):
                 return cand
     # Two fields at once (e.g. window and page size) as a last resort.
@@ -214,7 +245,7 @@ def _repair(p: dict[str, Any], lowering: Any) -> Case | None:
                 continue
             for a1 in alts1:
                 for a2 in alts2:
-                    cand = build_case(dict(p, **{key1: a1, key2: a2}))
+                    cand = make(dict(p, **{key1: a1, key2: a2}))
                     if _supported(lowering, cand):
                         return cand
     return None
@@ -239,7 +270,7 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
             [draw(st.tuples(context_length(ps, width, limits), VALUE_KEYS)) for _ in range(B)])
     dtype = pick("dtype", st.sampled_from(limits.dtypes))
     kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
-    return {
+    p = {
         "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs],
         "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
@@ -255,16 +286,21 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
         "seed": pick("seed", st.integers(0, 2**16)),
         "values": pick("values", value_regimes(limits)),
     }
+    # The production dimension, drawn last: its fields replace the small shape's (never a field the caller
+    # fixed), so shrinking its flag to "small" keeps every choice above and lands on the small case.
+    prod = draw(production_fields(limits, fixed, p)) if production_is_on(limits) else None
+    return fit_budget({**p, **prod}, limits) if prod else p
 
 
 def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -> st.SearchStrategy[Case]:
     """Valid cases (that `lowering` supports, when given), boundary values first.
 
-    `limits` bounds the shapes (default: the lowering's `case_limits(device)` if it has one, else
-    `Limits()`); keyword arguments fix fields (`block_size=7`, `window=("causal", None)`,
+    `limits` bounds the shapes (default `Limits()`; `strategies.limits_for(lowering, device)` gives what
+    `check` draws under, the device's production defaults included; production fields left None here
+    mean no production draws); keyword arguments fix fields (`block_size=7`, `window=("causal", None)`,
     `context_lens=[0, 17]`, `batch_size=32`, ...).
     """
-    lim = limits or Limits()
+    lim = resolve(limits or Limits(), None)  # production fields left None: off (limits_for sets a device's)
     unknown = set(fixed) - {"batch_size", "block_size", "num_kv_heads", "group", "head_dim", "page_size", "window",
                             "context_lens", "dtype", "kv_dtype", "k_scale", "v_scale", "scale", "layout",
                             "block_storage", "page_table_dtype", "page_table_pad", "spare_pages", "extra_pages",
@@ -272,4 +308,7 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     if unknown:
         raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
 
-    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering)).filter(lambda c: c is not None)
+    def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a production case: fit it again
+        return fit_budget(q, lim) if "pool_elements" in q else q
+
+    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering, refit)).filter(lambda c: c is not None)

@@ -1,9 +1,12 @@
-"""Hypothesis profiles of dflash-parity, by name: `dev`, `ci`, `gpu`, `nightly`.
+"""Hypothesis profiles of dflash-parity, by name: `dev`, `ci`, `gpu`, `nightly`, `scale`.
 
 - `dev`: quick local runs, random, the local example database.
 - `ci`: derandomized (the same cases every run), no deadline, no database: CI is deterministic.
 - `gpu`: more cases per lowering on a GPU runner, derandomized.
 - `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
+- `scale`: the nightly GPU run at production scale: batches up to 256, contexts to 128K, pools padded
+  past 2**31 and 2**32 elements, three quarters of the GPU for one case (`Profile.limits`: defaults for
+  the limits a lowering leaves unset).
 
 `flaky_runs` (R): how many times a failure is re-run before it is named ("failed k of R runs",
 `parity.flakiness`), and how many runs a case gets in the search that shrinks a flaky failure (it fails
@@ -12,7 +15,8 @@ when one of its R runs fails). More runs catch rarer races, at R times the cost 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -25,6 +29,10 @@ class Profile:
     target: bool
     description: str
     flaky_runs: int = 4
+    # Defaults for the production limits a lowering leaves None (strategies._production.resolve), and the
+    # share of the GPU's memory one case may take (None: parity.footprint.CUDA_SHARE).
+    limits: dict[str, Any] = field(default_factory=dict)
+    case_share: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.flaky_runs, bool) or not isinstance(self.flaky_runs, int) or self.flaky_runs < 2:
@@ -36,6 +44,10 @@ PROFILES = {
     "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database", flaky_runs=4),
     "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized", flaky_runs=8),
     "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error", flaky_runs=16),
+    # scale: R as `gpu`'s (a derandomized GPU sweep); each re-run of a production case costs up to 75% of the GPU
+    "scale": Profile("scale", 200, True, False, "nightly on a GPU at production scale: B to 256, 128K contexts, "
+                     "pools past 2**31 elements", flaky_runs=8,
+                     limits=dict(max_production_batch=256, max_pool_elements=2**33), case_share=0.75),
 }
 
 

@@ -4,11 +4,16 @@ registers them all for a `check --plugin` run and the stream sanitizer's replay)
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
 from lowerings import flashinfer_paged as fp
+from lowerings.triton_hybrid import HybridPaged
 from lowerings.protocol import BASE_2, LoweringResult, Partial
 from lowerings.merges import merges_future_block_keys
 from lowerings.torch_emulation import Context
@@ -106,9 +111,128 @@ class ReturnsBeforeSideStream(Context):
         return LoweringResult(out=out, lse=lse)
 
 
+# ---- production scale (issue 13) ------------------------------------------------------------------------
+
+class Fp8ScalesSwappedFlashinfer(fp.FlashinferDecodeRows):
+    """BUGS 14: the fp8 pool's `k_scale` and `v_scale` handed to flashinfer's run() swapped: right when they
+    are equal, wrong otherwise (the default gpu profile draws fp8 pools with `k_scale != v_scale`)."""
+
+    def __init__(self) -> None:
+        super().__init__(tensor_cores=False)
+        self.name = "gpu-mutant:fp8_scales_swapped"
+
+    def run(self, inputs):
+        orig = fp._kv_scale_kwargs
+
+        def swapped(case):
+            got = orig(case)
+            return {"k_scale": got["v_scale"], "v_scale": got["k_scale"]} if got else got
+
+        fp._kv_scale_kwargs = swapped  # the bug
+        try:
+            return super().run(inputs)
+        finally:
+            fp._kv_scale_kwargs = orig
+
+
+class _DispatchAt(fp.FlashinferDecodeRows):
+    """BUGS 17: the dispatch compares B against `taken` while the declared threshold is 32 (the counters and
+    kernel names expect the declared one)."""
+
+    taken = 32
+
+    def __init__(self) -> None:
+        super().__init__(tensor_cores=False)
+        self.name = f"gpu-mutant:dispatch_rows_to_{self.taken}"
+
+    def _build(self, inputs, graph):
+        self.threshold = self.taken  # the bug: only where the call sequence is built
+        try:
+            return super()._build(inputs, graph)
+        finally:
+            self.threshold = fp.DECODE_ROWS_MAX_BATCH
+
+
+class DispatchRowsTo33(_DispatchAt):
+    """BUGS 3/17: decode rows taken at B = 33 (`B <= 33`), where the context form is declared."""
+
+    taken = 33
+
+
+class DispatchRowsTo31(_DispatchAt):
+    """BUGS 17: the context form taken at B = 32 (`B < 32`), where decode rows are declared."""
+
+    taken = 31
+
+
+ROOT = Path(__file__).resolve().parents[1]
+HYBRID_SRC = ROOT / "lowerings" / "_hybrid_kernel.py"
+# The bug: page and slot offsets in 32 bits. `page * stride_kp` passes 2**31 once a pool does (`scale` profile).
+INT32_OFFSET_EDITS = (
+    ("page = tl.load(pt_row + (idx // PAGE_SIZE) * stride_ptp, mask=valid, other=0).to(tl.int64)",
+     "page = tl.load(pt_row + (idx // PAGE_SIZE) * stride_ptp, mask=valid, other=0).to(tl.int32)"),
+    ("slot = (idx % PAGE_SIZE).to(tl.int64)", "slot = (idx % PAGE_SIZE).to(tl.int32)"),
+)
+_INT32_MODULE = None
+
+
+def hybrid_int32_module():
+    """`lowerings/_hybrid_kernel.py` with 32-bit pool offsets, imported from a temporary file (Triton
+    needs a kernel's source in a file); once per process."""
+    global _INT32_MODULE
+    if _INT32_MODULE is None:
+        text = HYBRID_SRC.read_text().replace("from ._triton_env import", "from lowerings._triton_env import")
+        for old, new in INT32_OFFSET_EDITS:
+            assert old in text, f"mutation site not found in {HYBRID_SRC.name}: {old!r}"
+            text = text.replace(old, new)
+        path = Path(tempfile.mkdtemp(prefix="dflash-int32-")) / "hybrid_mutant_int32_offsets.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = mod
+        spec.loader.exec_module(mod)
+        _INT32_MODULE = mod
+    return _INT32_MODULE
+
+
+class HybridInt32Offsets(HybridPaged):
+    """BUGS (Triton offsets): `hybrid_paged` with its page and slot offsets in int32: exact while a pool
+    holds fewer than 2**31 elements; past that, `page * page_stride` wraps and the kernel reads another
+    allocation or faults (run it isolated). Only the `scale` profile draws such pools."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = "gpu-mutant:hybrid_int32_offsets"
+
+    def run(self, inputs):
+        import lowerings
+        import lowerings._hybrid_kernel as real
+
+        mod = hybrid_int32_module()
+        sys.modules["lowerings._hybrid_kernel"] = lowerings._hybrid_kernel = mod
+        try:
+            return super().run(inputs)
+        finally:
+            sys.modules["lowerings._hybrid_kernel"] = lowerings._hybrid_kernel = real
+
+
+def register_all() -> None:
+    """Register every GPU mutant under its name, replacing an earlier registration (tests/gpu_mutants_plugin.py:
+    the worker of an isolated run and the stream sanitizer's replay load it to find them by name)."""
+    from lowerings.registry import register
+
+    for cls, _ in GPU_MUTANTS.values():
+        register(cls(), replace=True)
+    register(ReturnsBeforeSideStream(), replace=True)
+
+
 GPU_MUTANTS = {
     "merge_state_natural_lse": (MergeStateNaturalLse, "LSE"),
     "part_a_block_end": (PartAAnchoredAtBlockEnd, "partial A"),
     "workspace_b_rows": (WorkspaceForBRows, "raised"),
     "fa3_silently_fa2": (Fa3SilentlyFa2, "silent fallback, fa2 paged prefill (fa3 silently replaced by fa2) ran"),
+    "fp8_scales_swapped": (Fp8ScalesSwappedFlashinfer, "output: max |O - O_ref|"),
+    "dispatch_rows_to_33": (DispatchRowsTo33, "kernel calls"),
+    "dispatch_rows_to_31": (DispatchRowsTo31, "kernel calls"),
+    "hybrid_int32_offsets": (HybridInt32Offsets, ""),
 }

@@ -166,7 +166,13 @@ class StaleRunningMax(Sdpa):
 
     name = "hardening:stale_running_max"
     ROWS = 1 << 14
-    _workspace: dict = {}  # device -> fp32 [ROWS]: what the previous calls left (-inf before the first)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # device -> fp32 [ROWS]: what this instance's previous calls left (-inf before the first). Per instance,
+        # as a kernel's workspace is: a fresh mutant (`catalogue()`) starts clean whatever ran before it in the
+        # process (a class-level dict made test_hardening's result depend on test_flakiness running first).
+        self._workspace: dict = {}
 
     def run(self, inputs: Inputs) -> LoweringResult:
         c = inputs.case

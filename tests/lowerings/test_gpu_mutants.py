@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,96 @@ def test_gpu_nondeterminism_is_named_shrunk_counted_and_sanitized(key, tmp_path)
     assert f.outcome.case.batch_size == 1, f.outcome.case.short()
     assert " of 4 runs" in saved["runs"] and saved["runs"].startswith("failed ")
     assert said in saved["sanitizer"], saved["sanitizer"]
+
+
+# ---- production scale (issue 13): the default `gpu` profile catches each class and shrinks it ----------------
+
+def _keys(case) -> int:
+    return max(case.context_lens) + case.block_size
+
+
+# key -> (where the mutant comes from, its name there, phrase, check of the shrunk case)
+PRODUCTION = {
+    "split_workspace_wraps": ("cpu", "mutant:split_workspace_wraps", "output: max |O - O_ref|",
+                              lambda c: c.batch_size == 1 and _keys(c) == 4097),
+    "last_split_unclamped": ("cpu", "mutant:last_split_unclamped", "output", lambda c: c.batch_size == 1 and _keys(c) == 4097),
+    "positions_fp16": ("cpu", "mutant:positions_fp16", "output: max |O - O_ref|",
+                       lambda c: c.batch_size == 1 and max(c.context_lens) == 2049),
+    "positions_bf16": ("cpu", "mutant:positions_bf16", "output: max |O - O_ref|",
+                       lambda c: c.batch_size == 1 and max(c.context_lens) == 257),
+    "dispatch_threshold_off_by_one": ("cpu", "mutant:dispatch_threshold_off_by_one", "silent fallback",
+                                      lambda c: c.batch_size == 33 and max(c.context_lens) == 0),
+    "dispatch_threshold_low": ("cpu", "mutant:dispatch_threshold_low", "kernel calls",
+                               lambda c: c.batch_size == 32 and max(c.context_lens) == 0),
+    "fp8_scales_swapped_torch": ("cpu", "mutant:fp8_scales_swapped", "output",
+                                 lambda c: c.kv_dtype == "float8_e4m3fn" and c.k_scale != c.v_scale and c.batch_size == 1),
+    "fp8_scales_swapped": ("gpu", "fp8_scales_swapped", "output",
+                           lambda c: c.kv_dtype == "float8_e4m3fn" and c.k_scale != c.v_scale and c.batch_size == 1),
+    "dispatch_rows_to_33": ("gpu", "dispatch_rows_to_33", "kernel", lambda c: c.batch_size == 33),
+    "dispatch_rows_to_31": ("gpu", "dispatch_rows_to_31", "kernel", lambda c: c.batch_size == 32),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PRODUCTION))
+def test_production_mutant_caught_by_the_default_gpu_profile(key):
+    """Each production-scale mutant (tests/mutants.py's on CUDA, tests/gpu_mutants.py's flashinfer ones) under
+    exactly what `dflash-parity check --device cuda --profile gpu --max-examples 500` draws for it: caught
+    within 500 cases and shrunk to the smallest case that shows it (4097 keys, L = 2049 / 257, B = 32 / 33)."""
+    import lowerings
+    from parity.policy import load
+    from parity.runner import RunOptions, check_lowering
+    from strategies import check_cases, profile_settings
+    from tests import mutants as M
+    from tests.gpu_mutants import GPU_MUTANTS
+
+    where, name, phrase, shrunk_ok = PRODUCTION[key]
+    lw = M.catalogue()[name] if where == "cpu" else GPU_MUTANTS[name][0]()
+    ok, why = lw.available("cuda")
+    if not ok:
+        pytest.skip(why)
+    plan = check_cases(lw, "cuda", profile="gpu")
+    first: list[int] = []
+    t0 = time.perf_counter()
+    rep = check_lowering(lw, load(), strategy=plan.strategy, boundaries=plan.boundaries,
+                         settings=profile_settings("gpu", max_examples=500), opts=RunOptions(device="cuda"),
+                         yardstick=lowerings.get("sdpa"),
+                         progress=lambda r, out: first.append(r.cases) if out.status == "fail" and not first else None)
+    msgs = [m for f in rep.failures for m in f.outcome.failures] + rep.extra
+    case = rep.failures[0].outcome.case if rep.failures else None
+    print(f"{key}: caught={rep.status == 'fail'} at case {first[:1]} of {rep.cases} in {time.perf_counter() - t0:.1f}s; "
+          f"shrunk: {case.short() if case else '-'}; {msgs[:2]}")
+    assert rep.status == "fail" and first and first[0] <= 500, f"{key} was not caught within 500 cases"
+    assert any(phrase in m for m in msgs), msgs
+    assert case is not None and shrunk_ok(case), f"{key}: not the smallest case that shows it: {case.short()}"
+
+
+def test_int32_offsets_caught_by_the_scale_profile(tmp_path):
+    """`hybrid_paged` with 32-bit pool offsets: correct on every pool of the default profiles, caught by the
+    `scale` profile (pools padded past 2**31 elements), isolated (the wrapped offset may fault), and shrunk
+    to one request in a pool just past 2**31 elements."""
+    import lowerings
+    from parity.isolation import IsolatedExecutor
+    from parity.footprint import pool_elements
+    from parity.policy import load
+    from parity.runner import RunOptions, check_lowering
+    from strategies import check_cases, profile_settings
+    from tests.gpu_mutants import HybridInt32Offsets
+
+    lw = HybridInt32Offsets()
+    ok, why = lw.available("cuda")
+    if not ok:
+        pytest.skip(why)
+    plugin = Path(__file__).resolve().parents[1] / "gpu_mutants_plugin.py"
+    opts = RunOptions(device="cuda")
+    plan = check_cases(lw, "cuda", profile="scale")
+    t0 = time.perf_counter()
+    with IsolatedExecutor(plugins=[plugin], opts=opts, yardstick="sdpa", case_timeout=300,
+                          inflight_dir=tmp_path / "inflight") as ex:
+        rep = check_lowering(lw, load(), strategy=plan.strategy, boundaries=plan.boundaries,
+                             settings=profile_settings("scale"), opts=opts, yardstick=lowerings.get("sdpa"), executor=ex)
+    case = rep.failures[0].outcome.case if rep.failures else None
+    msgs = [m for f in rep.failures for m in f.outcome.failures] + rep.extra
+    print(f"hybrid_int32_offsets: caught={rep.status == 'fail'} in {rep.cases} cases, {time.perf_counter() - t0:.1f}s; "
+          f"shrunk: {case.short() if case else '-'}, pool {pool_elements(case) if case else '-'} elements; {msgs[:2]}")
+    assert rep.status == "fail" and case is not None
+    assert 2**31 < pool_elements(case) < 2**32 and case.batch_size == 1, case.short()

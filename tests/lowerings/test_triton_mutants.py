@@ -160,3 +160,22 @@ def test_merge_kernel_mutant_base_not_converted_is_caught(tmp_path):
     msgs = [m for f in rep.failures for m in f.outcome.failures]
     assert any("LSE" in m or "ulp" in m for m in msgs), msgs
     assert rep.failures[0].outcome.case.batch_size == 1 and rep.failures[0].outcome.case.block_size == 2
+
+
+def test_int32_offset_mutant_is_exact_below_2_31_pool_elements():
+    """tests/gpu_mutants.py's hybrid kernel with 32-bit pool offsets (caught by the GPU `scale` profile, in
+    tests/lowerings/test_gpu_mutants.py) is the production kernel on every pool of the CPU profiles: it
+    passes them, so what fails it on a GPU is the pool past 2**31 elements and nothing else."""
+    from parity.runner import run_case
+    from strategies import build_case
+    from tests.gpu_mutants import INT32_OFFSET_EDITS, HybridInt32Offsets
+
+    src = (ROOT / "lowerings" / "_hybrid_kernel.py").read_text()
+    assert all(old in src for old, _ in INT32_OFFSET_EDITS)
+    lw = HybridInt32Offsets()
+    case = build_case(dict(context_lens=[37, 5], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=16,
+                           window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0,
+                           scale=None, layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0,
+                           spare_pages=1, extra_pages=0, perm_seed=5, seed=1))
+    out = run_case(lw, case, load(), RunOptions(device="cpu"), lowerings.get("sdpa"))
+    assert out.status == "pass", out.failures

@@ -22,9 +22,11 @@ from typing import Callable
 
 import pytest
 
+import lowerings
 from lowerings import registry
 from oracle import Case
 from parity import cli, report as report_mod, report_dir as report_dir_mod
+from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
@@ -32,7 +34,15 @@ pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 GOOD = Case(context_lens=(5,), block_size=2, num_q_heads=2, num_kv_heads=1, head_dim=16, page_size=4,
             pages=((0, 1),), num_pages=3)
 QUICK = ["--max-examples", "3", "--device", "cpu", "--quiet", "--hook-timeout", "1", "--limit", "max_batch=2",
-         "--limit", "max_context=20", "--limit", "head_dims=64"]  # tiny cases: the rows are about the hooks
+         "--limit", "max_context=20", "--limit", "head_dims=64", "--limit", "max_production_context=0"]
+# tiny cases: the rows are about the hooks
+
+
+def quick_cases(name: str) -> int:
+    """The cases a QUICK check of built-in lowering `name` runs: its boundary cases, then 3 drawn."""
+    overrides = limit_overrides([QUICK[i + 1] for i, a in enumerate(QUICK) if a == "--limit"])
+    return 3 + len(check_cases(lowerings.get(name), "cpu", profile="ci", overrides=overrides).boundaries)
+
 
 HEAD = "import os, signal, sys, time\nfrom lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n"
 
@@ -55,6 +65,8 @@ EXPECTED_LOOPS = "    def expected_calls(self, case):\n        while True:\n    
 EXPECTED_SEGFAULTS = ("    def expected_calls(self, case):\n        if max(case.context_lens) > case.page_size:\n"
                       "            os.kill(os.getpid(), signal.SIGSEGV)\n        return super().expected_calls(case)\n")
 CASE_LIMITS_RAISES = "    def case_limits(self, device):\n        raise TypeError('limits?')\n"
+DISPATCH_RAISES = "    def dispatch_boundaries(self):\n        raise KeyError('threshold')\n"
+DISPATCH_LOOPS = "    def dispatch_boundaries(self):\n        while True:\n            pass\n"
 RUN_RAISES_IN_TORCH = ("    def run(self, inputs):\n        return helper(inputs)\n\n\n"
                        "def helper(inputs):\n    import torch\n    return torch.einsum('ij,jk->ik', inputs.q, inputs.q)\n\n\n")
 
@@ -126,6 +138,9 @@ HOOK_ROWS = [
             True),
     HookRow("expected_calls loops, isolated", EXPECTED_LOOPS, True, "expected_calls() did not answer within 1 s", True),
     HookRow("case_limits raises", CASE_LIMITS_RAISES, False, "case_limits() raised TypeError: limits? (p_", False),
+    HookRow("dispatch_boundaries raises", DISPATCH_RAISES, False,
+            "dispatch_boundaries() raised KeyError: 'threshold' (p_", False),
+    HookRow("dispatch_boundaries loops", DISPATCH_LOOPS, False, "dispatch_boundaries() did not answer within 1 s", False),
 ]
 
 
@@ -147,7 +162,7 @@ def test_a_failing_hook_fails_its_lowering_only(tmp_path, row):
     assert v["status"] == "fail"
     # the lowerings before and after it were checked in full
     for other in ("sdpa", "context"):
-        assert data["lowerings"][other]["status"] == "pass" and data["lowerings"][other]["cases"] == 3
+        assert data["lowerings"][other]["status"] == "pass" and data["lowerings"][other]["cases"] == quick_cases(other)
     if row.case_recorded:
         saved = json.loads((report / "failures" / f"{name}-1.json").read_text())
         assert saved["failures"][0].startswith(row.first_line) and not saved["shrunk"]
@@ -532,7 +547,7 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
         run(["check", "--lowering", "sdpa", "--lowering", "context", "--no-isolate", *QUICK, "--report", tmp_path])
     partial = json.loads((tmp_path / report_mod.PARTIAL_NAME).read_text())
     assert partial["partial"] and partial["lowerings"]["sdpa"]["status"] == "pass"
-    assert partial["lowerings"]["sdpa"]["cases"] == 3 and not (tmp_path / "parity.json").exists()
+    assert partial["lowerings"]["sdpa"]["cases"] == quick_cases("sdpa") and not (tmp_path / "parity.json").exists()
     # the next run removes it, and its verdict replaces it
     code, _, _ = run(["check", "--lowering", "sdpa", "--no-isolate", *QUICK, "--report", tmp_path])
     assert code == 0 and not (tmp_path / report_mod.PARTIAL_NAME).exists()

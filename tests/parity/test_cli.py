@@ -12,6 +12,7 @@ import lowerings
 from lowerings import registry
 from oracle import Case, InvalidInput, attention, materialize
 from parity import cli
+from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
@@ -33,8 +34,10 @@ def test_check_passes_and_writes_reports(tmp_path, capsys):
     data = json.loads((tmp_path / "parity.json").read_text())
     assert data["schema"] == "dflash-parity/report" and data["version"] == 2 and data["verdict"] == "pass"
     assert set(data["lowerings"]) == {"sdpa", "context"}
-    for v in data["lowerings"].values():
-        assert v["status"] == "pass" and v["cases"] == 8 and v["calls_checked"] == 8
+    for name, v in data["lowerings"].items():  # 8 drawn cases after the boundary cases, run first
+        n = 8 + len(check_cases(lowerings.get(name), "cpu", profile="ci").boundaries)
+        assert v["status"] == "pass" and v["cases"] == n and v["calls_checked"] == n
+        assert sum(v["drawn"]["context"].values()) == n and v["drawn"]["context"].get("4097-32768", 0) >= 1
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()
     assert "# dflash-parity: PASS" in (tmp_path / "summary.md").read_text()
     # readable: a case's lengths and each page-table row on one line, the rest indented
@@ -244,7 +247,9 @@ def test_limit_widens_and_narrows_the_drawn_shapes(tmp_path):
         data = json.loads((rep / "parity.json").read_text())
         assert code == 0
         for name, v in data["lowerings"].items():
-            assert v["cases"] == 8 and all(c.startswith("float16/float16/") for c in v["classes"]), (name, v["classes"])
+            n = 8 + len(check_cases(lowerings.get(name), "cpu", profile="ci", overrides=limit_overrides(
+                ["dtypes=float16", "head_dims=64", "kv_dtypes=same"])).boundaries)
+            assert v["cases"] == n and all(c.startswith("float16/float16/") for c in v["classes"]), (name, v["classes"])
             assert v["worst_case"]["head_dim"] == 64
 
 

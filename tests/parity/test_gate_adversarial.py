@@ -26,11 +26,12 @@ import pytest
 import lowerings
 from lowerings import registry
 from parity import cli, rundir
+from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 TOML = (ROOT / "tolerances.toml").read_text()
 TINY = ["--limit", "max_batch=2", "--limit", "max_context=20", "--limit", "head_dims=16", "--limit", "max_kv_heads=1",
-        "--limit", "max_group=2", "--limit", "max_block=3"]
+        "--limit", "max_group=2", "--limit", "max_block=3", "--limit", "max_production_context=0"]
 LOWERING = "pr_lowering"
 
 # A pull request's lowering (the torch context lowering renamed), in one of several adversarial modes.
@@ -300,7 +301,9 @@ def test_the_report_records_what_was_checked(runs, plugins):
     assert data["plugins"] == [{"path": str(plugins["good"].resolve()),
                                 "sha256": hashlib.sha256(plugins["good"].read_bytes()).hexdigest()}]
     v = data["lowerings"][LOWERING]
-    assert v["judged"] == v["cases"] == sum(c["cases"] for c in v["classes"].values()) == 6
+    boundaries = check_cases(lowerings.get("context"), "cpu", profile="ci",  # PR is context renamed
+                             overrides=limit_overrides([x for x in TINY if x != "--limit"])).boundaries
+    assert v["judged"] == v["cases"] == sum(c["cases"] for c in v["classes"].values()) == 6 + len(boundaries)
     loose = json.loads((runs["loose"] / "parity.json").read_text())
     assert loose["settings"]["allow_loose_bounds"] and loose["policy"]["allow_loose_bounds"]
 

@@ -205,6 +205,33 @@ def test_merged_shards_add_up_and_keep_the_worst():
     assert v["phase_seconds"] == {"lowering": 11.0, "draw": 11.0} and shards.FAMILY_KEYS not in v
 
 
+def test_merged_shards_keep_every_per_lowering_key():
+    """Both sides of the per-lowering entry survive a shard merge: judged and bounds (the tolerance entries),
+    drawn and skipped (production scale), and each failure with its extras (figures, runs, classification)."""
+    from parity import drawn, shards
+    from parity.report import to_json
+    from parity.runner import LoweringReport
+    from strategies import Limits, build_case
+    from strategies._boundaries import _base, _keyed
+
+    case = build_case(_keyed(dict(_base(Limits()), context_lens=[3, 5])))
+    sk = {"untouched": {"cases": 2, "why": "needs 1 GiB, 0.5 GiB free"}}
+    reps = [LoweringReport("x", "cpu", "pass", cases=4, unsupported=1, bounds={"[defaults.bfloat16]": {"cases": 3, "why": "d"}},
+                           skipped=sk),
+            LoweringReport("x", "cpu", "pass", cases=2, bounds={"[defaults.bfloat16]": {"cases": 2, "why": "d"}})]
+    for r in reps:
+        drawn.add(r.drawn, case)
+    entries = [to_json([r], device="cpu", profile="ci", tolerances="t")["lowerings"]["x"] for r in reps]
+    failure = {"file": "f.json", "shrunk": True, "case": case.to_json_dict(), "failures": ["output"], "example": "",
+               "figures": {"out_ulp": 9.0}, "runs": "failed 4 of 4 runs", "classification": {"kind": "deterministic"}}
+    entries[1]["failures"] = [failure]
+    v = shards.merge_entries(entries)
+    assert (v["cases"], v["judged"], v["unsupported"]) == (6, 5, 1)
+    assert v["bounds"] == {"[defaults.bfloat16]": {"cases": 5, "why": "d"}}
+    assert v["skipped"] == sk and sum(v["drawn"]["context"].values()) == 2 and v["drawn"]["dtype"] == {"bf16": 2}
+    assert v["failures"] == [failure]
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--shards", "decode_rows=3"], "give --jobs N"),
     (["--jobs", "2", "--shards", "context=3"], "'context' is not among the lowerings checked"),

@@ -35,3 +35,17 @@ def test_plugin_reports_a_shrunk_failure(pytester):
                                         "-k", "test_parity", "-p", "no:cacheprovider")
     assert_outcomes(res, failed=1)
     res.stdout.fnmatch_lines(["*my_windowed_merge failed parity on cpu*", "*shrunk case: B=1*", "*case JSON*"])
+
+
+def test_plugin_fails_a_lowering_whose_hook_fails_before_its_cases(pytester):
+    """A hook asked while the cases are planned (here `dispatch_boundaries`, for the boundary cases) that
+    raises fails that lowering's test with the hook named, and the session goes on (no internal error)."""
+    plugin = pytester.path / "bad_hook.py"
+    plugin.write_text("from lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n\n\n"
+                      "class P(Sdpa):\n    name = 'bad_hook'\n\n    def dispatch_boundaries(self):\n"
+                      "        raise KeyError('threshold')\n\n\nregister(P())\n")
+    pytester.makepyfile(test_other_repo=TEST_FILE)
+    res = runpytest(pytester, "--plugin", str(plugin), "--lowering", "bad_hook", "--lowering", "sdpa",
+                    "--parity-profile", "ci", "--parity-device", "cpu", "-k", "test_parity", "-p", "no:cacheprovider")
+    assert_outcomes(res, failed=1, passed=1)
+    res.stdout.fnmatch_lines(["*bad_hook failed parity on cpu: dispatch_boundaries() raised KeyError: 'threshold'*"])

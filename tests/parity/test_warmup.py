@@ -178,7 +178,8 @@ def test_flashinfer_adapters_plan_one_run_per_module(monkeypatch):
     adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
     for a in adapters:
         monkeypatch.setattr(a, "available", lambda device: (True, ""))
-    units, not_warmed, skipped = plan_warmup(adapters, None, "cuda")  # case_limits("cuda"): bf16, D=128
+    narrow = Limits(dtypes=("bfloat16",), kv_dtypes=("same",), head_dims=(128,))  # --limit: bf16, D=128 only
+    units, not_warmed, skipped = plan_warmup(adapters, narrow, "cuda")
     got = [(u.name, u.variant.describe(), u.keys) for u in units]
     page = fp.M_PAGE
     assert got == [
@@ -193,6 +194,28 @@ def test_flashinfer_adapters_plan_one_run_per_module(monkeypatch):
         ("windowed_merge[flashinfer-merge_state]", "bf16 D=128 no-window", (fp.M_CASCADE,)),
     ]
     assert not_warmed == [] and skipped > 0
+
+
+def test_flashinfer_default_limits_warm_fp8_fp16_and_head_dim_64(monkeypatch):
+    """The adapters' own CUDA limits (case_limits: bf16/fp16, bf16/fp16/fp8 KV, D = 64 and 128): the warm-up
+    loads every module those cases need, fp8 decode and fa2 prefill modules among them, and no fp8 fa3 one
+    (flashinfer's fa3 has no bf16/fp16-query x fp8-KV kernel; fa3 declines those cases)."""
+    from lowerings import flashinfer_paged as fp
+
+    adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
+    for a in adapters:
+        monkeypatch.setattr(a, "available", lambda device: (True, ""))
+    units, not_warmed, _ = plan_warmup(adapters, None, "cuda")
+    keys = {k for u in units for k in u.keys}
+    for kernel in ("decode", "fa2"):
+        for dt in ("bf16", "fp16", "bf16/fp8", "fp16/fp8"):
+            for d in (64, 128):
+                for w in ("window", "no-window"):
+                    assert f"flashinfer {kernel} {dt} D={d} {w}" in keys, (kernel, dt, d, w)
+    assert not any(k.startswith("flashinfer fa3") and "fp8" in k for k in keys)
+    assert {f"flashinfer fa3 {dt} D={d} {w}" for dt in ("bf16", "fp16") for d in (64, 128)
+            for w in ("window", "no-window")} <= keys
+    assert not_warmed == []
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""Whether the next step of a case fits in the device's memory; a step that does not is skipped, and says so.
+
+`run_case` asks `fits(...)` before each step that holds more tensors than the case's inputs (the
+yardstick's copy and working set, the untouched-input snapshot, the determinism / canary re-run, the
+request-isolation run, the profiled run that reads kernel names), with the bytes the step needs
+(`parity.footprint`). Free memory is measured (CUDA: `cudaMemGetInfo` plus what torch's caching
+allocator holds unused; CPU: `MemAvailable`), or, when `RunOptions.memory_bytes` is set, that budget less
+the case's inputs. A step that would not fit in `HEADROOM` of it is not run: the case's outcome records
+why under `skipped[check]`, the lowering's report counts the cases per check, and `summary.md` lists them.
+Never silent: a verdict without its hardening says so.
+"""
+
+from __future__ import annotations
+
+from parity import footprint
+
+YARDSTICK = "yardstick"
+UNTOUCHED = "untouched-input check"
+RERUN = "determinism and canary re-run"
+ISOLATION = "request isolation"
+KERNEL_NAMES = "kernel names"
+HEADROOM = 0.9  # of the free memory a step may take (allocator rounding, the lowering's temporaries)
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def free_bytes(case, opts) -> int | None:
+    """Bytes the next step may take: `opts.memory_bytes` less the case's inputs when set, else measured
+    on the device; None when it cannot be measured (the step runs)."""
+    if opts.memory_bytes is not None:
+        return opts.memory_bytes - footprint.input_bytes(case)
+    if str(opts.device).startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    return _meminfo_available()
+
+
+def skip_message(check: str, what: str, need: int, free: int, device: str) -> str:
+    return (f"{check} skipped: {what} needs {footprint.human(need)}, {footprint.human(max(0, free))} free on "
+            f"{device}")
+
+
+def fits(outcome, check: str, case, opts, need: int, what: str) -> bool:
+    """Whether `need` bytes fit now; if not, records why under `outcome.skipped[check]` (when an outcome
+    is given) and returns False."""
+    free = free_bytes(case, opts)
+    if free is None or need <= free * HEADROOM:
+        return True
+    if outcome is not None:
+        outcome.skipped[check] = skip_message(check, what, need, free, opts.device)
+    return False
+
+
+# ---- one device, several processes: admission of the large cases ------------------------------------------
+#
+# `check --jobs N` runs N processes on one GPU, each drawing cases up to `max_case_bytes` (40% of it): two
+# or three large cases at once would not fit, and an out-of-memory error inside a lowering would read as
+# its failure. A case whose footprint passes `LARGE_SHARE` of the device first leases its bytes in a
+# ledger shared by every process on that device (a JSON file under a file lock: pid -> bytes), and waits
+# until the leases held, its own included, fit in `LEASE_SHARE` of the device (a case alone always runs).
+# Small cases do not queue: together they stay below the rest. After a large case the process returns
+# its cached blocks to the device (`torch.cuda.empty_cache()`), so that the next large case, perhaps in
+# another process, finds them free.
+
+LARGE_SHARE = 0.02
+LEASE_SHARE = 0.6
+POLL_SECONDS = 0.05
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease(path, need: int, cap: int, *, pid: int | None = None) -> bool:
+    """Try once to lease `need` bytes in the ledger at `path` (created if missing): True if the leases of
+    live processes plus `need` fit in `cap`, or none is held; False otherwise (the caller waits)."""
+    import fcntl
+    import json
+    import os
+
+    pid = os.getpid() if pid is None else pid
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        try:
+            held = {int(k): int(v) for k, v in json.loads(f.read() or "{}").items()}
+        except (ValueError, AttributeError):
+            held = {}
+        held = {p: b for p, b in held.items() if p != pid and _alive(p)}
+        if held and sum(held.values()) + need > cap:
+            return False
+        held[pid] = need
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({str(p): b for p, b in held.items()}))
+        return True
+
+
+def release(path, *, pid: int | None = None) -> None:
+    import fcntl
+    import json
+    import os
+
+    pid = os.getpid() if pid is None else pid
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        try:
+            held = {int(k): int(v) for k, v in json.loads(f.read() or "{}").items()}
+        except (ValueError, AttributeError):
+            held = {}
+        held.pop(pid, None)
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({str(p): b for p, b in held.items()}))
+
+
+def ledger_path(device_index: int):
+    """One ledger per physical GPU (its UUID where torch gives it: processes may number GPUs differently)."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    props = torch.cuda.get_device_properties(device_index)
+    ident = str(getattr(props, "uuid", "") or f"{device_index}-{props.name}").replace("/", "_").replace(" ", "_")
+    return Path(tempfile.gettempdir()) / f"dflash-parity-gpu-{ident}.json"
+
+
+class device_lease:
+    """`with device_lease(case, opts):` around a case: on CUDA, a large case (see above) waits for its bytes
+    in the device's ledger and gives them back after; elsewhere, or with `opts.memory_bytes` set, nothing.
+    `waited` holds the seconds it waited."""
+
+    def __init__(self, case, opts) -> None:
+        self.case, self.opts, self.path, self.waited = case, opts, None, 0.0
+
+    def __enter__(self) -> "device_lease":
+        import time
+
+        if not str(self.opts.device).startswith("cuda") or self.opts.memory_bytes is not None:
+            return self
+        import torch
+
+        index = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        need = footprint.run_bytes(self.case, hardening=self.opts.check_determinism)
+        if need <= LARGE_SHARE * total:
+            return self
+        self.path = ledger_path(index)
+        t0 = time.perf_counter()
+        while not lease(self.path, need, int(LEASE_SHARE * total)):
+            time.sleep(POLL_SECONDS)
+        self.waited = time.perf_counter() - t0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.path is not None:
+            import torch
+
+            release(self.path)
+            torch.cuda.empty_cache()
