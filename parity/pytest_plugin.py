@@ -35,6 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="hypothesis profile (default: ci when CI is set, else dev)")
     g.addoption("--parity-max-examples", type=int, default=None, help="cases per lowering")
     g.addoption("--parity-tolerances", default=None, metavar="TOML", help="tolerance policy file")
+    g.addoption("--parity-limit", action="append", default=[], metavar="FIELD=V[,V...]",
+                help="as `dflash-parity check --limit`: widen or narrow every checked lowering's drawn shapes")
     g.addoption("--dflash-warmup", action="store_true", default=None,
                 help="load the JIT kernel modules of the session's lowerings once before the first test "
                      "(progress, then a report in the terminal summary)")
@@ -46,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--parity-device") == "cuda" and not _cuda()[0]:
         # Asked for the GPU and there is none: every parity test would skip and the session exit 0.
         raise pytest.UsageError(f"--parity-device cuda: {_cuda()[1]} (drop the option to test on the CPU)")
+    _limit_overrides(config)  # a bad --parity-limit is a usage error at once, not a failure of every test
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason where there is none)")
     config.addinivalue_line("markers", "slow: long sweeps, not part of the CI suite")
     from hypothesis import settings as hyp_settings
@@ -250,6 +253,16 @@ def parity_profile(pytestconfig: pytest.Config) -> str:
     return pytestconfig.getoption("--parity-profile") or ("ci" if os.environ.get("CI") else "dev")
 
 
+def _limit_overrides(config: pytest.Config) -> dict[str, Any]:
+    """`--parity-limit` as `strategies.Limits` field overrides; a bad one is a usage error naming it."""
+    from strategies import limit_overrides
+
+    try:
+        return limit_overrides(config.getoption("--parity-limit"))
+    except ValueError as err:
+        raise pytest.UsageError(str(err).replace("--limit", "--parity-limit", 1)) from None
+
+
 @pytest.fixture
 def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
     """`parity_check(lowering, max_examples=None, isolate=False, case_timeout=None, **case_fields)
@@ -269,7 +282,8 @@ def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
         if not ok:
             pytest.skip(f"{lowering.name} cannot run on {parity_device}: {why}")
         try:  # its case_limits, dispatch_boundaries and supports hooks (the boundary cases), under the watchdog
-            plan = check_cases(lowering, parity_device, profile=parity_profile, **fixed)
+            plan = check_cases(lowering, parity_device, profile=parity_profile, overrides=_limit_overrides(pytestconfig),
+                               **fixed)
         except HookFailure as hf:  # a BaseException: failed here, as check_lowering fails it, not the session
             pytest.fail(f"{lowering.name} failed parity on {parity_device}: {hf.message}", pytrace=False)
         s = profile_settings(parity_profile, max_examples=max_examples or pytestconfig.getoption("--parity-max-examples"))

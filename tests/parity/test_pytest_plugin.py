@@ -49,3 +49,17 @@ def test_plugin_fails_a_lowering_whose_hook_fails_before_its_cases(pytester):
                     "--parity-profile", "ci", "--parity-device", "cpu", "-k", "test_parity", "-p", "no:cacheprovider")
     assert_outcomes(res, failed=1, passed=1)
     res.stdout.fnmatch_lines(["*bad_hook failed parity on cpu: dispatch_boundaries() raised KeyError: 'threshold'*"])
+
+
+def test_parity_limit_narrows_the_draw_and_names_a_bad_value(pytester):
+    pytester.makepyfile(test_other_repo='''
+def test_parity(parity_lowering, parity_check):
+    rep = parity_check(parity_lowering, max_examples=5)
+    assert set(rep.drawn["head_dim"]) == {"64"}, rep.drawn
+''')
+    res = runpytest(pytester, "--lowering", "sdpa", "--parity-profile", "ci", "--parity-device", "cpu",
+                    "--parity-limit", "head_dims=64", "-p", "no:cacheprovider")
+    assert_outcomes(res, passed=1)
+    bad = runpytest(pytester, "--lowering", "sdpa", "--parity-device", "cpu", "--parity-limit", "head_dim=64",
+                    "-p", "no:cacheprovider")
+    assert bad.ret == 4 and "--parity-limit: expected FIELD=VALUE" in bad.stderr.str(), bad.stderr.str()
