@@ -58,9 +58,12 @@ class HybridPaged:
         """What a deployed drafter fixes: dtypes, head dim, page size, K and the head counts (Triton
         specializes on `Hkv == 1` and `G == 1`, so two models with the same K*G are two families, as
         measured on the H200, docs/gpu run 7). Batch, lengths, page table and split count must never
-        compile anything new (the kernels' DO_NOT_SPECIALIZE)."""
+        compile anything new (the kernels' DO_NOT_SPECIALIZE). The page table's dtype is part of the
+        family: an int64 table is another kernel signature (`pt_ptr`'s element type), which a serving stack
+        fixes once; without it the H200's default check (docs/gpu run 16) counted 3 compiles in one family
+        of `hybrid_paged[splits=4]` (split kernel for int32 and int64 tables, plus the merge)."""
         return (case.dtype, case.kv_dtype, case.head_dim, case.page_size, case.block_size, case.num_q_heads,
-                case.num_kv_heads)
+                case.num_kv_heads, case.page_table_dtype)
 
     def available(self, device: str) -> tuple[bool, str]:
         if device == "cuda" and not torch.cuda.is_available():
