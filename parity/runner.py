@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
@@ -21,114 +21,15 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize, poison_bits
-from parity import drawn as drawn_mod
 from parity import footprint, hooks, memory
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested
 from parity.judge import Comparison, compare
+# The outcome model lives in parity.outcome; its names stay importable from here.
+from parity.outcome import (INVALID, PHASES, SKIPPED, CaseOutcome, Failure, LoweringReport,  # noqa: F401
+                            case_class)
+from parity.outcome import jsonable as _jsonable, unjson as _unjson  # noqa: F401
 from parity.policy import Policy, Tolerance, ToleranceSource
-
-
-@dataclass
-class CaseOutcome:
-    """The verdict of one case: every figure, every failure message, the calls seen."""
-
-    lowering: str
-    case: Case
-    status: str  # "pass", "fail", "unsupported"
-    failures: list[str] = field(default_factory=list)
-    comparisons: list[Comparison] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)
-    expected_calls: dict[str, int] = field(default_factory=dict)
-    compiles: dict[str, int] = field(default_factory=dict)
-    observed: dict[str, int] = field(default_factory=dict)  # flashinfer calls seen (kernel identity only)
-    bounds: str = ""  # the tolerance entries that set this case's bounds (ToleranceSource.label)
-    bounds_why: str = ""  # why they applied (ToleranceSource.because)
-    reason: str = ""
-    seconds: float = 0.0
-    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
-    skipped: dict[str, str] = field(default_factory=dict)  # check -> why it did not run (device memory)
-
-    @property
-    def passed(self) -> bool:
-        return self.status not in ("fail", INVALID)
-
-    @property
-    def margin(self) -> float:
-        return max((c.margin for c in self.comparisons), default=0.0)
-
-    @property
-    def main(self) -> Comparison | None:
-        return self.comparisons[0] if self.comparisons else None
-
-    def figure(self, key: str, default: Any = None) -> Any:
-        return self.main.figures.get(key, default) if self.main else default
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lowering": self.lowering, "status": self.status, "case": self.case.to_json_dict(),
-                "failures": self.failures, "reason": self.reason, "margin": _finite(self.margin),
-                "calls": dict(self.calls), "expected_calls": dict(self.expected_calls),
-                "compiles": dict(self.compiles), "observed": dict(self.observed), "bounds": self.bounds,
-                "bounds_why": self.bounds_why, "seconds": round(self.seconds, 4),
-                "phases": {k: round(v, 5) for k, v in self.phases.items()}, "skipped": dict(self.skipped),
-                "comparisons": [_jsonable(c.to_json()) for c in self.comparisons]}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CaseOutcome":
-        """The outcome `to_json` wrote (an isolated worker's answer): status, failures, calls, compiles,
-        comparisons with their figures and margins; the case rebuilt from its JSON."""
-        comps = [Comparison(c["label"], failures=list(c.get("failures", [])),
-                            figures={k: _unjson(v) for k, v in c.get("figures", {}).items()},
-                            margins={k: float(_unjson(v)) for k, v in c.get("margins", {}).items()})
-                 for c in data.get("comparisons", [])]
-        return cls(lowering=data["lowering"], case=Case.from_json_dict(data["case"], source="worker answer"),
-                   status=data["status"], failures=list(data.get("failures", [])), comparisons=comps,
-                   calls=dict(data.get("calls", {})), expected_calls=dict(data.get("expected_calls", {})),
-                   compiles=dict(data.get("compiles", {})), observed=dict(data.get("observed", {})),
-                   bounds=data.get("bounds", ""), bounds_why=data.get("bounds_why", ""), reason=data.get("reason", ""),
-                   seconds=float(data.get("seconds", 0.0)),
-                   phases={k: float(v) for k, v in data.get("phases", {}).items()},
-                   skipped=dict(data.get("skipped", {})))
-
-    def summary(self) -> str:
-        if self.status == "unsupported":
-            return f"unsupported: {self.reason}"
-        if self.status == "pass":
-            return f"pass (margin {self.margin:.2f} of tolerance)"
-        return "FAIL: " + "; ".join(self.failures)
-
-
-def _finite(x: float) -> float | str:
-    return x if math.isfinite(x) else "inf"
-
-
-def _unjson(x: Any) -> Any:
-    """The inverse of `_jsonable` on one value (lists and dicts included)."""
-    if isinstance(x, str) and x in ("inf", "-inf", "nan"):
-        return float(x)
-    if isinstance(x, dict):
-        return {k: _unjson(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_unjson(v) for v in x]
-    return x
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float):
-        return _finite(x) if not math.isnan(x) else "nan"
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
-
-
-PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
-"""Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
-usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
-lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiled run that
-reads GPU kernel names, and a large case's wait for room on a GPU other processes share
-(`parity.memory.device_lease`)."""
 
 
 class _Phase:
@@ -530,9 +431,6 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
     return comps
 
 
-INVALID = "invalid"  # a case whose oracle is not finite: bad input (`oracle_problem`), raised as InvalidInput
-
-
 def oracle_problem(case: Case, ref: reference.OracleResult) -> str | None:
     """`"<field>: <why>"` when the oracle of `case` is not finite (an output NaN/Inf, or an LSE NaN or +inf;
     -inf is an empty row's), naming the scale field most likely at fault; None when it is finite. Every
@@ -557,15 +455,6 @@ def refuse_invalid(out: "CaseOutcome") -> "CaseOutcome":
     return out
 
 
-def case_class(case: Case) -> str:
-    """The class a case belongs to in reports and the gate: dtype, KV dtype, layer kind, layout, storage."""
-    left, right = case.window
-    kind = {(-1, -1): "noncausal", (-1, 0): "causal"}.get((left, right))
-    if kind is None:
-        kind = "causal_swa" if right == 0 else "noncausal_swa"
-    return f"{case.dtype}/{case.kv_dtype}/{kind}/{case.layout}/{case.block_storage}"
-
-
 def compile_family(lowering: Lowering, case: Case) -> tuple:
     """The shapes a lowering may compile once for: its own `compile_family(case)` if it has one, else
     every field but the batch size, the lengths, the pages and the seed (which must never recompile)."""
@@ -574,88 +463,6 @@ def compile_family(lowering: Lowering, case: Case) -> tuple:
         return tuple(hooks.call(lowering, "compile_family", case, case=case))
     return (case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.page_size, case.layout,
             case.window, case.softmax_scale, case.dtype, case.kv_dtype, case.block_storage, case.page_table_dtype)
-
-
-@dataclass
-class Failure:
-    """A shrunk failing case with its outcome; what re-running it showed (`parity.flakiness.Classification`,
-    "failed k of R runs") and, on CUDA, what the stream sanitizer found replaying it."""
-
-    outcome: CaseOutcome
-    shrunk: bool
-    classification: Any = None
-    sanitizer: str = ""
-
-
-@dataclass
-class LoweringReport:
-    """Everything `check` learned about one lowering."""
-
-    lowering: str
-    device: str
-    status: str  # "pass", "fail", "unavailable"
-    reason: str = ""
-    cases: int = 0
-    passed: int = 0
-    unsupported: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    worst: CaseOutcome | None = None
-    worst_ulp: float = 0.0
-    worst_ulp_case: Case | None = None
-    worst_rel_l2: float = 0.0
-    worst_rel_l2_case: Case | None = None
-    calls_checked: int = 0
-    compiles: dict[str, int] = field(default_factory=dict)
-    compile_families: dict = field(default_factory=dict)  # family -> compilations seen in it
-    classes: dict[str, dict[str, int]] = field(default_factory=dict)
-    max_compiles: int | None = None
-    seconds: float = 0.0
-    extra: list[str] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)  # summed over cases (see PHASES)
-    interrupted: bool = False  # stopped by KeyboardInterrupt (SIGINT): a partial run, reported as a failure
-    bounds: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry label -> {"cases": n, "why": str}
-    drawn: dict = field(default_factory=drawn_mod.new)  # histograms of what was drawn (parity.drawn)
-    skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
-
-    @property
-    def worst_margin(self) -> float:
-        return self.worst.margin if self.worst else 0.0
-
-    def absorb(self, out: CaseOutcome, family: tuple | None = None) -> None:
-        if out.status == SKIPPED:  # another shard's case: not this report's
-            return
-        self.cases += 1
-        drawn_mod.add(self.drawn, out.case)
-        for check, why in out.skipped.items():
-            entry = self.skipped.setdefault(check, {"cases": 0, "why": why})
-            entry["cases"] += 1
-        for k, v in out.phases.items():
-            self.phases[k] = self.phases.get(k, 0.0) + v
-        if out.status == "unsupported":
-            self.unsupported += 1
-            return
-        if family is not None:
-            self.compile_families[family] = self.compile_families.get(family, 0) + sum(out.compiles.values())
-        if out.bounds:
-            used = self.bounds.setdefault(out.bounds, {"cases": 0, "why": out.bounds_why})
-            used["cases"] += 1
-        cls = self.classes.setdefault(case_class(out.case), {"cases": 0, "failed": 0})
-        cls["cases"] += 1
-        cls["failed"] += out.status == "fail"
-        for k, v in out.compiles.items():
-            self.compiles[k] = self.compiles.get(k, 0) + v
-        if out.expected_calls:
-            self.calls_checked += 1
-        if out.status != "pass":
-            return
-        self.passed += 1
-        if self.worst is None or out.margin > self.worst.margin:
-            self.worst = out
-        u, r = out.figure("out_ulp", 0.0), out.figure("out_rel_l2", 0.0)
-        if u is not None and u >= self.worst_ulp:
-            self.worst_ulp, self.worst_ulp_case = u, out.case
-        if r is not None and r >= self.worst_rel_l2:
-            self.worst_rel_l2, self.worst_rel_l2_case = r, out.case
 
 
 def compile_budget_message(lowering: Lowering, report: LoweringReport) -> str | None:
@@ -712,9 +519,6 @@ def _stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., C
         raise_if_requested()
         return run_case(*args)
     return run
-
-
-SKIPPED = "skipped"  # the status of a case another shard runs (`_sharded_run_case`); never reported
 
 
 def _sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],

@@ -8,7 +8,7 @@ the merges, the counters) runs end to end through `run_case` on CPU against a *f
 written here from flashinfer's documented semantics (base-2 LSE, `last_page_len`, bottom-right
 aligned queries, `window_left`, `k_scale` folded into `sm_scale`, `v_scale` on the output).
 
-GPU part (`@pytest.mark.gpu`): a few cases through the real flashinfer kernels.
+GPU part (`@pytest.mark.parity_gpu`): a few cases through the real flashinfer kernels.
 """
 
 from __future__ import annotations
@@ -531,7 +531,7 @@ GPU_CASES = [
 ]
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 @pytest.mark.parametrize("name,kw", GPU_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(GPU_CASES)])
 def test_gpu_real_flashinfer(name, kw):
     _need_flashinfer()
@@ -545,7 +545,7 @@ def test_gpu_real_flashinfer(name, kw):
     assert out.calls == adapter.expected_calls(c)
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_gpu_trtllm_gen_never_attempted_off_blackwell():
     if torch.cuda.get_device_capability()[0] == 10:
         pytest.skip("SM100-family GPU: trtllm-gen may run here")

@@ -2,7 +2,7 @@
 
 One scenario driver, two backends:
 
-- GPU (`@pytest.mark.gpu`, real flashinfer): `prepare(inputs)`, one warm-up call, capture in a
+- GPU (`@pytest.mark.parity_gpu`, real flashinfer): `prepare(inputs)`, one warm-up call, capture in a
   `torch.cuda.CUDAGraph`; then, per scenario, new context lengths and rotated page-table rows (the pool
   holding the same logical keys at other pages) are written into the captured tensors in place and
   `prepare` re-plans into the same fixed buffers; the replay must equal, bit for bit, an eager call of
@@ -404,7 +404,7 @@ def _need(name: str) -> None:
 GPU_CASES = [(n, lo) for n in GRAPH_SAFE for lo in ("NHD", "HND")]
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 @pytest.mark.parametrize("name,layout", GPU_CASES, ids=[f"{n}-{lo}" for n, lo in GPU_CASES])
 def test_gpu_cuda_graph_replay(name, layout):
     _need(name)
@@ -414,7 +414,7 @@ def test_gpu_cuda_graph_replay(name, layout):
     print(f"{name} {layout}: {seen}")
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_gpu_cuda_graph_replay_decode_rows_above_threshold():
     name = "decode_rows[flashinfer]"
     _need(name)

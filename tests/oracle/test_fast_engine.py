@@ -26,7 +26,7 @@ LSE_ABS = 1e-5
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=25, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 ON_GPU = torch.cuda.is_available()
-gpu = pytest.mark.gpu
+gpu = pytest.mark.parity_gpu
 
 
 def _score_bound(inputs) -> float:

@@ -403,7 +403,7 @@ def test_a_second_check_into_a_locked_directory_is_refused_with_the_holder(tmp_p
 
 
 def _children_of(report: Path) -> list[int]:
-    """Pids of the `check --part` processes writing into `report`."""
+    """Pids of the `check --jobs` children (`parity.session --part SPEC`) writing into `report`."""
     pids = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -411,7 +411,7 @@ def _children_of(report: Path) -> list[int]:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"--part" in cmd and str(report).encode() in cmd:
+            if b"--part" in cmd and any(str(report).encode() in arg for arg in cmd):
                 pids.append(int(p.name))
     return pids
 
@@ -553,7 +553,7 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
     assert code == 0 and not (tmp_path / report_mod.PARTIAL_NAME).exists()
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_a_case_larger_than_the_gpu_is_refused_by_the_gpu_memory(tmp_path):
     import torch
 
