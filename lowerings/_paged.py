@@ -8,13 +8,12 @@ This is deliberately not the oracle: it reads through its own page-table code, i
 
 from __future__ import annotations
 
-import math
 
 import torch
 
 from lowerings import counters
+from lowerings.rules import LOG2E
 
-LOG2E = 1.0 / math.log(2.0)
 _FP8 = getattr(torch, "float8_e4m3fn", None)
 # Rows gathered at once are bounded so that memory stays small on long contexts.
 _MAX_GATHER_ELEMS = 1 << 24

@@ -15,15 +15,13 @@ has `LSE_B = -inf`, weight 0, and leaves `O_A` bit for bit. Returns `out` in o_a
 
 from __future__ import annotations
 
-import math
 import types
 from typing import Callable
 
 import torch
 
 from lowerings import counters
-
-LN2 = math.log(2.0)
+from lowerings.rules import LN2
 
 
 def merges_future_block_keys(block_size: int, right: int) -> bool:

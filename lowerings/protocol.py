@@ -13,10 +13,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from lowerings.rules import LN2
 from oracle.case import Case
 from oracle.inputs import Inputs
 
-LN2 = math.log(2.0)
 BASE_E = math.e
 BASE_2 = 2.0
 

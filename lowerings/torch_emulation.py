@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from lowerings import _paged, counters
 from lowerings.merges import MERGE_FORMS, merge_eager, merges_future_block_keys
 from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
+from lowerings.rules import DECODE_ROWS_MAX_BATCH, context_window_reason, decode_rows_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
 
-DECODE_ROWS_MAX_BATCH = 32  # the dispatch threshold of seed 002
 SDPA_GROUPED_ELEMENTS = 1 << 26  # past this many K elements (Hq x T x D), sdpa runs one KV head's group at a time
 CPU_PRODUCTION_CONTEXT = 8192  # the torch lowerings' longest drawn context on a CPU (strategies._production)
 
@@ -127,11 +127,7 @@ class Context(TorchLoweringBase):
     lse_base = BASE_2
 
     def supports(self, case: Case) -> str | None:
-        left, right = case.window
-        if right != -1 and case.block_size - 1 > right:
-            return (f"context FMHA expresses only an end-aligned left window; exact iff K-1 <= right, "
-                    f"got K={case.block_size}, window={case.window}")
-        return None
+        return context_window_reason(case)
 
     def expected_calls(self, case: Case) -> dict[str, int]:
         return {**_append_calls(case), "torch.paged_prefill": 1}
@@ -177,9 +173,7 @@ class DecodeRows(TorchLoweringBase):
     threshold = DECODE_ROWS_MAX_BATCH
 
     def supports(self, case: Case) -> str | None:
-        if case.window != (-1, -1):
-            return f"decode rows all end at L+K: exact for non-causal unwindowed layers only, got window={case.window}"
-        return None
+        return decode_rows_window_reason(case)
 
     def dispatch_boundaries(self) -> dict[str, tuple[int, ...]]:
         """Decode rows up to B = threshold, the context form from threshold + 1: both drawn first."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from lowerings.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
@@ -31,7 +32,7 @@ KV_HEADS = (1, 2, 3)
 HEAD_DIMS = (64, 128)
 PAGE_SIZES = (16, 1, 4, 32, 64, 2, 3)  # 3: not a power of two (lowerings that need one must say so)
 FP8_SCALES = (0.5, 2.0, 0.25, 4.0)
-DISPATCH_THRESHOLD = 32
+DISPATCH_THRESHOLD = DECODE_ROWS_MAX_BATCH  # both sides of seed 002's dispatch are special batch sizes
 WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
 
 
