@@ -11,7 +11,6 @@ These are not the oracle renamed: they read through their own paging code, in th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch

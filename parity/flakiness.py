@@ -16,7 +16,7 @@ back to back and after each history case:
   rarely, a crash that does not come back).
 
 A canary read is none of these: it reproduces with the same canary and changes with the canary
-(`parity.runner.rerun_failures` names it inside the case).
+(`parity.hardening.rerun_failures` names it inside the case).
 
 `ShrinkingRunCase` is the `run_case` of the second search that shrinks a flaky failure: a case fails when
 it fails in at least one of `R` runs (each after a history case when the failure depends on state), its
@@ -33,12 +33,13 @@ import torch
 
 from lowerings.protocol import Lowering, LoweringResult
 from oracle.case import Case
-from parity.runner import SKIPPED, CaseOutcome, LoweringError, RunOptions, _bits, _call, prepare_inputs
+from parity.invocation import LoweringError, RunOptions, bit_view, call_lowering, prepare_inputs
+from parity.runner import SKIPPED, CaseOutcome
 
 NONDETERMINISTIC = "nondeterministic across identical runs (a race, a missing stream sync, or uninitialized memory)"
 STATE = "depends on state left by a previous call"
 NOT_REPRODUCED = "not reproduced"
-CANARY_READ = "read outside the request's keys"  # parity.runner.rerun_failures
+CANARY_READ = "read outside the request's keys"  # parity.hardening.rerun_failures
 KINDS = ("reproducible", "nondeterministic", "state", "not reproduced", "crash", "hang")
 
 
@@ -55,7 +56,7 @@ def result_parts(result: LoweringResult) -> dict[str, torch.Tensor | None]:
 
 def snapshot(result: LoweringResult) -> dict[str, torch.Tensor | None]:
     """`result_parts` as bit patterns copied to the host (later calls may reuse the lowering's buffers)."""
-    return {k: None if t is None else _bits(t).cpu().clone() for k, t in result_parts(result).items()}
+    return {k: None if t is None else bit_view(t).cpu().clone() for k, t in result_parts(result).items()}
 
 
 def differing_parts(a: dict[str, torch.Tensor | None], b: dict[str, torch.Tensor | None]) -> list[tuple[str, int]]:
@@ -76,7 +77,7 @@ def differing_parts(a: dict[str, torch.Tensor | None], b: dict[str, torch.Tensor
 
 def parts_of(result: LoweringResult) -> dict[str, torch.Tensor | None]:
     """`result_parts` as bit views on the device (for comparisons inside one case)."""
-    return {k: None if t is None else _bits(t) for k, t in result_parts(result).items()}
+    return {k: None if t is None else bit_view(t) for k, t in result_parts(result).items()}
 
 
 def describe_diffs(diffs: list[tuple[str, int]]) -> str:
@@ -174,7 +175,7 @@ def leave_state(lowering: Lowering, case: Case, opts: RunOptions) -> None:
     """One call of `lowering` on `case`, its result dropped: what replaying a history case needs (the state
     the call leaves behind), at the cost of the call alone."""
     try:
-        _call(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
+        call_lowering(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
     except LoweringError:
         pass
 
@@ -188,7 +189,7 @@ def probe(lowering: Lowering, case: Case, opts: RunOptions, runs: int, history: 
 
     def call(c: Case):
         try:
-            return snapshot(_call(lowering, prepare_inputs(lowering, c, opts)[0], CaseOutcome(lowering.name, c, "pass")))
+            return snapshot(call_lowering(lowering, prepare_inputs(lowering, c, opts)[0], CaseOutcome(lowering.name, c, "pass")))
         except LoweringError as err:
             errors.append(str(err))
             return None
@@ -415,7 +416,8 @@ def shrink_flaky(report: Any, outcomes: list[CaseOutcome], reruns: Reruns, run_c
     smallest failing case found (shrunk), else the failure as it was (not shrunk), and a note."""
     from hypothesis.errors import Flaky
 
-    from parity.runner import Failure, _CaseFailed, _case_failures
+    from parity.runner import Failure
+    from parity.sweep import CaseFailed, case_failures
 
     history, runs = reruns.history, reruns.runs
     first = min(outcomes, key=lambda o: case_size(o.case))
@@ -425,10 +427,10 @@ def shrink_flaky(report: Any, outcomes: list[CaseOutcome], reruns: Reruns, run_c
     found: CaseOutcome | None = None
     try:
         search(shrinker)
-    except _CaseFailed as err:
+    except CaseFailed as err:
         found = err.outcome
     except Flaky as err:  # the verdicts are kept per case: only a lowering that changes its draws gets here
-        again = _case_failures(err)
+        again = case_failures(err)
         found = min((e.outcome for e in again), key=lambda o: case_size(o.case)) if again else None
     if found is not None:
         if hist:

@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import lowerings
-    from parity.runner import RunOptions, prepare_inputs
+    from parity.invocation import RunOptions, prepare_inputs
 
     for plugin in args.plugin:
         lowerings.load_plugin(plugin)

@@ -45,12 +45,11 @@ def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
     `t + 1`), validated; `{}` when it declares none. A malformed declaration is an `InvalidInput` naming
     the lowering and what is expected."""
-    fn = getattr(lowering, "dispatch_boundaries", None)
-    if not callable(fn):
-        return {}
     from parity import hooks
 
-    got = hooks.call(lowering, "dispatch_boundaries")  # under the hook watchdog: raises HookFailure
+    got = hooks.call_optional(lowering, "dispatch_boundaries", default={})  # under the hook watchdog
+    if got == {}:
+        return {}
     where = f"lowering {getattr(lowering, 'name', lowering)!r}: dispatch_boundaries()"
     if not isinstance(got, dict):
         raise InvalidInput(where, f"a dict {{field: (int, ...)}} with fields in {DISPATCH_FIELDS}, got {got!r}")

@@ -293,7 +293,7 @@ REPRO_ROWS = [
 @pytest.mark.parametrize("row", REPRO_ROWS, ids=[r.id for r in REPRO_ROWS])
 def test_a_bad_case_file_is_refused_before_anything_is_built(tmp_path, row, monkeypatch):
     built = []
-    monkeypatch.setattr("parity.runner.materialize", lambda *a, **k: built.append(a))
+    monkeypatch.setattr("parity.invocation.materialize", lambda *a, **k: built.append(a))
     t0 = time.perf_counter()
     code, out, err = run(["repro", *row.setup(tmp_path), "--device", "cpu", "--no-isolate"])
     assert code == 2, out + err
