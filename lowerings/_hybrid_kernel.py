@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lowerings.rules import LOG2E
+from oracle.rules import LOG2E
 
 from ._triton_env import ensure_interpreter_on_cpu, kernel_is_interpreted
 
@@ -60,6 +60,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 __all__ = [
+    "KERNELS",
     "HybridWorkspace",
     "alloc_workspace",
     "ctas_per_sm",
@@ -823,3 +824,7 @@ def hybrid_paged_attention(
     if launches is not None:
         launches.append(LAUNCH_MERGE)
     return out, lse_out
+
+
+# The handles lowerings.triton_hybrid counts compilations of (the kernels keep their names: the profiler lists them).
+KERNELS = (_hybrid_single_kernel, _hybrid_split_kernel, _hybrid_merge_splits_kernel)

@@ -37,7 +37,7 @@ import math
 
 import torch
 
-from lowerings.rules import LN2
+from oracle.rules import LN2
 
 from ._triton_env import ensure_interpreter_on_cpu, kernel_is_interpreted
 
@@ -46,7 +46,7 @@ ensure_interpreter_on_cpu()  # before the kernel below is decorated
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "LAUNCH_MERGE_FUTURE", "MAX_BLOCK"]
+__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "LAUNCH_MERGE_FUTURE", "MAX_BLOCK", "KERNELS"]
 
 LAUNCH_MERGE_FUTURE = "merge_future_block_keys"
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -327,3 +327,6 @@ def merge_future_block_keys_triton(
     if launches is not None:
         launches.append(LAUNCH_MERGE_FUTURE)
     return out, out_lse
+
+
+KERNELS = (_merge_future_block_keys_kernel,)  # the handle lowerings.merges counts compilations of

@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
-from lowerings.rules import LN2
+from oracle.rules import LN2
 from oracle.case import Case
 from oracle.inputs import Inputs
 

@@ -20,7 +20,8 @@ from oracle import reference
 from oracle.case import Case
 from oracle.inputs import GuardedBuffer, Inputs, poison_bits
 from parity import footprint, memory
-from parity.invocation import LoweringError, RunOptions, bit_view, call_lowering, prepare_inputs
+from parity import result_bits as rb
+from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.judge import compare
 from parity.runner import CaseOutcome
 
@@ -45,7 +46,7 @@ def untouched_failures(case: Case, before: dict[str, torch.Tensor], inputs: Inpu
     for name, old in before.items():
         new = after[name]
         if name in ("k_pool", "v_pool"):
-            changed = (bit_view(old) != bit_view(new))
+            changed = (rb.bit_view(old) != rb.bit_view(new))
             changed = changed.reshape(changed.shape[0], changed.shape[1], -1).any(-1) if case.layout == "NHD" else \
                 changed.any(-1).any(1)
             allowed = block_slot_mask(case, new).to(changed.device)
@@ -56,7 +57,7 @@ def untouched_failures(case: Case, before: dict[str, torch.Tensor], inputs: Inpu
                 who = f"request {owner}'s" if owner is not None else "a spare"
                 msgs.append(f"input mutated: {name} changed at {int(bad.sum())} slot(s) the lowering may not write; "
                             f"first: page {page} slot {slot} ({who} page)")
-        elif old.shape != new.shape or not torch.equal(bit_view(old), bit_view(new)):
+        elif old.shape != new.shape or not torch.equal(rb.bit_view(old), rb.bit_view(new)):
             msgs.append(f"input mutated: {name} was changed by the lowering (inputs must stay as given)")
     return msgs
 
@@ -106,7 +107,7 @@ def output_buffer_failures(result: LoweringResult, bufs: tuple[GuardedBuffer, Gu
 
 
 def differing_requests(a: torch.Tensor, b: torch.Tensor) -> list[int]:
-    diff = (bit_view(a) != bit_view(b)).reshape(a.shape[0], -1).any(-1)
+    diff = (rb.bit_view(a) != rb.bit_view(b)).reshape(a.shape[0], -1).any(-1)
     return [int(i) for i in diff.nonzero().flatten()]
 
 
@@ -147,10 +148,8 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     if not lowering.deterministic:
         comp = compare(f"output with {other} canaries", second.out, None, ref.out, ref.lse, dtype=case.dtype, tol=tol)
         return comp.failures
-    from parity import flakiness as fl  # imports this module
-
-    firsts, seconds = fl.parts_of(first), fl.parts_of(second)
-    if fl.differing_parts(firsts, seconds):  # everything it returns: output, LSE, each partial
+    firsts, seconds = rb.parts_of(first), rb.parts_of(second)
+    if rb.differing_parts(firsts, seconds):  # everything it returns: output, LSE, each partial
         try:
             third = call_lowering(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
@@ -160,20 +159,20 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
                            CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
             return [f"fourth run: {err}"]
-        thirds, fourths = fl.parts_of(third), fl.parts_of(fourth)
-        same_canary = fl.differing_parts(firsts, thirds) or fl.differing_parts(seconds, fourths)
+        thirds, fourths = rb.parts_of(third), rb.parts_of(fourth)
+        same_canary = rb.differing_parts(firsts, thirds) or rb.differing_parts(seconds, fourths)
         if not same_canary:
-            what, reqs = fl.differing_requests(firsts, seconds)
+            what, reqs = rb.differing_requests(firsts, seconds)
             what = f"the {what}" if what in ("output", "LSE") else what
             msgs.append(f"read outside the request's keys: {what} of request(s) {reqs} changed when the pool slots "
                         f"no request owns (spare pages, the tail of each last page) held {other} instead of {opts.canary}")
         else:
-            odd_first = not fl.differing_parts(thirds, seconds) and not fl.differing_parts(fourths, seconds)
+            odd_first = not rb.differing_parts(thirds, seconds) and not rb.differing_parts(fourths, seconds)
             detail = (f"a run on the same inputs (same canary {opts.canary}) changed "
-                      f"{fl.describe_diffs(fl.differing_parts(firsts, thirds) or fl.differing_parts(seconds, fourths))}")
+                      f"{rb.describe_diffs(rb.differing_parts(firsts, thirds) or rb.differing_parts(seconds, fourths))}")
             if odd_first:
                 detail += "; only the first call (after a different case) differs, the later ones agree"
-            msgs.append(fl.nondeterminism_message(detail, odd_first))
+            msgs.append(rb.nondeterminism_message(detail, odd_first))
         return msgs
     B = case.batch_size
     if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0 and (outcome is None or memory.fits(

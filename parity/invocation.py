@@ -7,15 +7,12 @@
   calls, compilations recorded on the outcome); anything the lowering raises, an exit included, and a
   result of the wrong type or dtype, or without its LSE, become a `LoweringError`: a failure of that
   lowering, never of the run.
-- `bit_view`: a tensor's bits, for comparisons where NaN must equal NaN.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from lowerings import counters
 from lowerings.protocol import Lowering, LoweringResult, writes_given_output
@@ -59,14 +56,6 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunOptions":
         return cls(**data)
-
-
-def bit_view(t: torch.Tensor) -> torch.Tensor:
-    """A bit-exact view for comparisons where NaN must equal NaN."""
-    t = t.detach()
-    size = t.element_size()
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
-    return t.contiguous().view(as_int)
 
 
 def prepare_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str | None = None

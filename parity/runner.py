@@ -221,7 +221,8 @@ class LoweringReport:
 
 
 _REEXPORTS = {
-    "parity.invocation": ("LoweringError", "RunOptions", "bit_view", "call_lowering", "prepare_inputs"),
+    "parity.invocation": ("LoweringError", "RunOptions", "call_lowering", "prepare_inputs"),
+    "parity.result_bits": ("bit_view",),
     "parity.hardening": ("block_slot_mask", "differing_requests", "gpu_kernel_failures", "negate_context",
                          "output_buffer_failures", "rerun_failures", "untouched_failures"),
     "parity.case_run": ("PHASES", "compile_family", "judge_result", "oracle_problem", "refuse_invalid",

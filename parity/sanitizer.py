@@ -99,7 +99,7 @@ def summary_line(text: str) -> str:
 
 def _read_all(result) -> None:
     """Read every tensor the lowering returned on the current stream, as the judge does."""
-    from parity.flakiness import result_parts
+    from parity.result_bits import result_parts
 
     for t in result_parts(result).values():
         if t is not None:

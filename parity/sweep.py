@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from lowerings.protocol import Lowering, device_refusal
 from oracle.case import Case
-from parity import hooks
+from parity import flakiness as fl, hooks
 from parity.case_run import compile_family, refuse_invalid, run_case
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested
@@ -160,8 +160,6 @@ def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) ->
 
 def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
     """`parity.flakiness.name_failures`; SIGINT while re-running keeps the report (marked interrupted)."""
-    from parity import flakiness as fl
-
     try:
         fl.name_failures(report, reruns.classify, sanitizer)
     except KeyboardInterrupt:
@@ -233,7 +231,6 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
     # given profile draws the same cases in process and isolated.
     run_case = _module_run_case if executor is None else executor_run_case(executor)
-    from parity import flakiness as fl  # (lazily: flakiness imports the run machinery)
 
     judge_again = stops_on_interrupt(run_case)  # re-runs that classify a failure (not absorbed in the report)
     reruns = fl.Reruns(lowering, opts, lambda c: judge_again(lowering, c, policy, opts, yardstick), executor,
@@ -259,8 +256,6 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any]) -> LoweringReport:
     from hypothesis import given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
-
-    from parity import flakiness as fl
 
     ok, why = lowering_available(lowering, opts.device, executor)
     if not ok:
@@ -336,8 +331,9 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         prop = hyp_seed(seed)(prop)
     from strategies._determinism import seed_only_draws
 
-    def search_again(shrinking_run_case) -> None:
-        """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database."""
+    def search_again(shrinking_run_case) -> CaseOutcome | None:
+        """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database;
+        the smallest failing outcome it found, or None."""
         nonlocal run_case
         from hypothesis import settings as hyp_settings
         run_case = refusing_invalid(stops_on_interrupt(shrinking_run_case))
@@ -345,8 +341,15 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         if seed is not None:
             from hypothesis import seed as hyp_seed
             again = hyp_seed(seed)(again)
-        with seed_only_draws():  # the draws of the first search, in any process
-            again()
+        try:
+            with seed_only_draws():  # the draws of the first search, in any process
+                again()
+        except CaseFailed as err:
+            return err.outcome
+        except Flaky as err:  # the verdicts are kept per case: only a lowering that changes its draws gets here
+            found = case_failures(err)
+            return min((e.outcome for e in found), key=lambda o: fl.case_size(o.case)) if found else None
+        return None
 
     try:
         with seed_only_draws():  # the same cases in any process, whatever it imported

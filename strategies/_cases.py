@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from lowerings.rules import DECODE_ROWS_MAX_BATCH
+from oracle.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
@@ -175,7 +175,7 @@ def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
 
 @functools.lru_cache(maxsize=64)
 def _pool_order(num_pages: int, perm_seed: int) -> tuple[int, ...]:
-    """The pool's page ids permuted by `perm_seed` (0: in order). Cached: `_repair` builds up to a few
+    """The pool's page ids permuted by `perm_seed` (0: in order). Cached: `repair` builds up to a few
     dozen candidates of one draw, mostly with the same pool."""
     ids = list(range(num_pages))
     if perm_seed:
@@ -220,24 +220,24 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
-def _supported(lowering: Any, case: Case) -> bool:
+def is_supported(lowering: Any, case: Case) -> bool:
     """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.hooks.call`): a supports()
     that raises, exits or loops raises HookFailure, which ends the lowering's check (not the run)."""
     return hooks.call(lowering, "supports", case, case=case) is None
 
 
-def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
+def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
     """The case of `p`, or of the first repair of it `lowering` supports; `refit(q)` (a production draw's
     budget, `strategies._production.fit_budget`) applies to each repaired candidate."""
     make = build_case if refit is None else (lambda q: build_case(refit(q)))
     case = build_case(p)
-    if lowering is None or _supported(lowering, case):
+    if lowering is None or is_supported(lowering, case):
         return case
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
             q = dict(p, **{key: alt})
             cand = make(q)
-            if _supported(lowering, cand):
+            if is_supported(lowering, cand):
                 return cand
     # Two fields at once (e.g. window and page size) as a last resort.
     for key1, alts1 in _REPAIRS:
@@ -247,7 +247,7 @@ def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
             for a1 in alts1:
                 for a2 in alts2:
                     cand = make(dict(p, **{key1: a1, key2: a2}))
-                    if _supported(lowering, cand):
+                    if is_supported(lowering, cand):
                         return cand
     return None
 
@@ -312,4 +312,4 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a production case: fit it again
         return fit_budget(q, lim) if "pool_elements" in q else q
 
-    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering, refit)).filter(lambda c: c is not None)
+    return _case_params(lim, fixed).map(lambda p: repair(p, lowering, refit)).filter(lambda c: c is not None)

@@ -46,7 +46,7 @@ from lowerings.flashinfer.names import (C_APPEND, C_BATCH_POS, C_DECODE, C_DECOD
 from lowerings.flashinfer.paging import Paging, build_paging, kv_scale_kwargs, to_pool_dtype
 from lowerings.flashinfer.trtllm import TRTLLM_NEED, TrtllmGen
 from lowerings.flashinfer.windowed_merge import MERGE_STATE_FORM, WINDOWED_MERGE_FORMS, FlashinferWindowedMerge
-from lowerings.rules import DECODE_ROWS_MAX_BATCH
+from oracle.rules import DECODE_ROWS_MAX_BATCH
 
 
 def adapters() -> list[FlashinferBase]:

@@ -13,7 +13,7 @@ from lowerings.flashinfer.library import device_desc, head_dim_reason
 from lowerings.flashinfer.names import (FP8, K_DECODE, K_PREFILL_FA2, K_PREFILL_FA3, append_calls, append_kernels,
                                         c_prefill, jit_module_name, page_modules)
 from lowerings.protocol import LoweringResult
-from lowerings.rules import context_window_reason
+from oracle.rules import context_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
 

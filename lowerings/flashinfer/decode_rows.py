@@ -3,7 +3,7 @@
 wrapper).
 
 `B*K` single-query decode rows over repeated page tables with `seq_len = L+K` when `B <= 32`
-(`lowerings.rules.DECODE_ROWS_MAX_BATCH`), else the context form (fa2 paged prefill).
+(`oracle.rules.DECODE_ROWS_MAX_BATCH`), else the context form (fa2 paged prefill).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from lowerings.flashinfer.library import cuda_core_group_reason, head_dim_reason
 from lowerings.flashinfer.names import (C_DECODE, C_DECODE_TC, K_DECODE, K_PREFILL_FA2, K_PREFILL_FA3, append_calls,
                                         append_kernels, c_prefill, jit_module_name, page_modules)
 from lowerings.protocol import LoweringResult
-from lowerings.rules import DECODE_ROWS_MAX_BATCH, decode_rows_window_reason
+from oracle.rules import DECODE_ROWS_MAX_BATCH, decode_rows_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
 

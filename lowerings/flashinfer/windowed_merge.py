@@ -19,7 +19,7 @@ from lowerings.flashinfer.names import (C_DECODE, C_MERGE_STATE, K_DECODE, K_MER
                                         jit_module_name, page_modules)
 from lowerings.merges import MERGE_FORMS, merge_eager, merges_future_block_keys, part_b
 from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
-from lowerings.rules import LN2
+from oracle.rules import LN2
 from oracle.case import Case
 from oracle.inputs import Inputs
 

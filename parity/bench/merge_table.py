@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from lowerings.rules import LN2
+from oracle.rules import LN2
 from oracle import reference
 from oracle.inputs import materialize, torch_dtype
 from parity.bench import measure as ms

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from lowerings.protocol import Lowering
-from lowerings.rules import DECODE_ROWS_MAX_BATCH
+from oracle.rules import DECODE_ROWS_MAX_BATCH
 from parity.bench import measure as ms
 from parity.bench.shapes import Shape
 

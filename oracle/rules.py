@@ -1,4 +1,4 @@
-"""Semantic rules several lowerings share, each defined once (docs/semantics.md section 4).
+"""Semantic rules the production lowerings and the strategies share, each defined once (docs/semantics.md section 4).
 
 - `LN2`, `LOG2E`: the LSE base conversions (`log2 x = ln x / ln 2`; flashinfer and trtllm-gen return
   base-2 LSEs, torch and flash-attn natural ones).
