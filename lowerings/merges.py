@@ -15,15 +15,13 @@ has `LSE_B = -inf`, weight 0, and leaves `O_A` bit for bit. Returns `out` in o_a
 
 from __future__ import annotations
 
-import math
 import types
 from typing import Callable
 
 import torch
 
 from lowerings import counters
-
-LN2 = math.log(2.0)
+from oracle.rules import LN2
 
 
 def merges_future_block_keys(block_size: int, right: int) -> bool:
@@ -188,7 +186,7 @@ def merge_triton(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int, l
     from lowerings import _merge_kernel as mk
 
     launches: list[str] = []
-    with counters.count_triton_compiles("triton.merge_future_block_keys", mk._merge_future_block_keys_kernel):
+    with counters.count_triton_compiles("triton.merge_future_block_keys", *mk.KERNELS):
         out = mk.merge_future_block_keys_triton(q, k_block, v_block, o_a, lse_a, scale=scale, right=right,
                                                 lse_a_base=lse_a_base, launches=launches)
     for name in launches:

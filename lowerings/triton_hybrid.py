@@ -146,8 +146,7 @@ class HybridPaged:
         from lowerings import _hybrid_kernel as hk
         c = inputs.case
         launches: list[str] = []
-        with counters.count_triton_compiles("triton.hybrid_paged", hk._hybrid_single_kernel, hk._hybrid_split_kernel,
-                                            hk._hybrid_merge_splits_kernel):
+        with counters.count_triton_compiles("triton.hybrid_paged", *hk.KERNELS):
             out, lse = hk.hybrid_paged_attention(
                 inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
                 inputs.k_block, inputs.v_block, scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale,

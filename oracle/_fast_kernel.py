@@ -171,3 +171,6 @@ def _oracle_kernel(
     tl.store(LS + base, l_i)
     tl.store(ACC + base[:, None] * D_PAD + d[None, :], acc)
 
+
+
+ORACLE_KERNEL = _oracle_kernel  # the handle oracle/_fast.py launches (the kernel keeps its name: the profiler lists it)

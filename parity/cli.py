@@ -355,7 +355,7 @@ def cmd_repro(args) -> int:
     from oracle.errors import InvalidInput
     from parity.hooks import HookFailure
     from parity.intake import check_case_fits, read_case_file
-    from parity.runner import INVALID, RunOptions, _executor_run_case, lowering_available, run_case
+    from parity.runner import INVALID, RunOptions, executor_run_case, lowering_available, run_case
 
     path = Path(args.case_file)
     case, wrapper = read_case_file(path)  # kind, JSON types, nesting and sizes: before anything is loaded
@@ -378,7 +378,7 @@ def cmd_repro(args) -> int:
         from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
         executor = IsolatedExecutor(plugins=args.plugins, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT)
-    run = run_case if executor is None else _executor_run_case(executor)
+    run = run_case if executor is None else executor_run_case(executor)
     worst = EXIT_OK
     try:
         for lw in lws:

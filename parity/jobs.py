@@ -77,7 +77,7 @@ def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None
 def _lost_entry(name: str, device: str, why: str) -> dict[str, Any]:
     """The report entry of a lowering whose child wrote no part: a failure that says why."""
     from parity.report import to_json
-    from parity.runner import LoweringReport
+    from parity.outcome import LoweringReport
 
     return to_json([LoweringReport(name, device, "fail", extra=[why])], device=device, profile="",
                    tolerances="")["lowerings"][name]

@@ -33,8 +33,8 @@ from oracle.case import Case
 from parity import drawn as drawn_mod
 from parity.judge import Comparison
 
-INVALID = "invalid"  # a case whose oracle is not finite: bad input (`runner.oracle_problem`), never a verdict
-SKIPPED = "skipped"  # a case another shard runs (`runner._sharded_run_case`); never reported
+INVALID = "invalid"  # a case whose oracle is not finite: bad input (`parity.case_run.oracle_problem`), never a verdict
+SKIPPED = "skipped"  # a case another shard runs (`parity.sweep.sharded_run_case`); never reported
 FAMILY_KEYS = "compile_family_counts"  # a part entry's {family: compilations}; merged away
 
 PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
@@ -296,7 +296,7 @@ class LoweringReport:
 
     @classmethod
     def of_case(cls, out: CaseOutcome, family: tuple | None = None, device: str = "") -> "LoweringReport":
-        """The report of one judged case (`family`: its compile family, `runner.compile_family`)."""
+        """The report of one judged case (`family`: its compile family, `parity.case_run.compile_family`)."""
         rep = cls(out.lowering, device, "pass", cases=1, phases=dict(out.phases))
         drawn_mod.add(rep.drawn, out.case)
         rep.skipped = {check: {"cases": 1, "why": why} for check, why in out.skipped.items()}

@@ -18,8 +18,8 @@ and only where no other plugin or conftest defines them.
 
 Several GPUs (pytest-xdist, `pytest -n N`): worker `gwN` runs on GPU `N mod device_count`
 (`parity.gpus`), and each lowering's test is split into N shard items (`test[sdpa-shard1of4]`, ...):
-item `j` judges the cases of the serial run whose draw index is `j` mod N (`parity.runner.
-_sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
+item `j` judges the cases of the serial run whose draw index is `j` mod N (`parity.sweep.
+sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
 controller (`workeroutput`), which merges them with the merge `check --jobs --shards` uses
 (`parity.jobs.merge_lowering`) into one report and one table in the terminal summary.
 
@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -252,32 +250,14 @@ def _cuda() -> tuple[bool, str]:
 
 
 # ---- parametrization: lowerings, and shard items under xdist ----------------------------------------
-class LoweringParam(str):
-    """A `parity_lowering` parameter: the lowering's name, and the shard item it is (`shard = (j, n)`)."""
-
-    shard: tuple[int, int] | None = None
-
-    def __new__(cls, name: str, shard: tuple[int, int] | None = None) -> "LoweringParam":
-        obj = super().__new__(cls, name)
-        obj.shard = shard
-        return obj
-
-
-def lowering_params(names: list[str], items_per_lowering: int) -> list[Any]:
-    """The `parity_lowering` parameters: each lowering whole (one worker), or in `items_per_lowering`
-    shard items `NAME-shardJofN` (pytest-xdist workers share its cases)."""
-    if items_per_lowering < 2:
-        return [pytest.param(LoweringParam(n), id=n) for n in names]
-    n = items_per_lowering
-    return [pytest.param(LoweringParam(name, (j, n)), id=f"{name}-shard{j + 1}of{n}") for name in names for j in range(n)]
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "parity_lowering" in metafunc.fixturenames:
         import lowerings
 
         config = metafunc.config
         names = list(_state(config).config_().lowerings) or lowerings.names()
+        from parity.pytest_parts import lowering_params
+
         metafunc.parametrize("parity_lowering", lowering_params(names, _xdist_workers(config)), indirect=True)
 
 
@@ -309,18 +289,6 @@ def parity_profile(pytestconfig: pytest.Config) -> str:
     return _state(pytestconfig).config_().profile
 
 
-@contextlib.contextmanager
-def quiet_library_logs(level: int = logging.WARNING):
-    """Log records below `level` are dropped for the block (a parity sweep calls flashinfer, torch and
-    triton thousands of times: their INFO and DEBUG lines would bury a failure's verdict)."""
-    before = logging.root.manager.disable
-    logging.disable(max(before, level - 1))
-    try:
-        yield
-    finally:
-        logging.disable(before)
-
-
 @pytest.fixture
 def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, pytestconfig):
     """`parity_check(lowering, max_examples=None, isolate=None, case_timeout=None, **case_fields)
@@ -338,6 +306,7 @@ def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, 
             **fixed):
         from oracle.errors import InvalidInput
         from parity.options import pytest_message
+        from parity.pytest_parts import failure_text, quiet_library_logs, record, work_dir
         from parity.session import compose
 
         session = state.session_()
@@ -351,14 +320,14 @@ def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, 
         mine = request.node.stash.get(_SHARD, (None, None))
         item = mine[1] if mine[0] == lowering.name else None
         shard = compose(session.config.shard, item)
-        work_dir = _work_dir(state, lowering.name, item)
+        where = work_dir(session.report_dir, lowering.name, item)
         try:
             with quiet_library_logs():
-                rep = session.check(lowering, shard=shard, work_dir=work_dir, warm=False, max_examples=max_examples,
+                rep = session.check(lowering, shard=shard, work_dir=where, warm=False, max_examples=max_examples,
                                     isolate=isolate, case_timeout=case_timeout, fixed=fixed)
         except InvalidInput as err:  # a saved failure file that cannot be read, a case that is bad input
             pytest.fail(pytest_message(str(err)), pytrace=False)
-        _record(state, lowering.name, item, rep)
+        record(state.parts, lowering.name, item, rep)
         if rep.interrupted:  # SIGINT: the partial report is kept; the session stops
             raise KeyboardInterrupt
         if rep.status == "unavailable":
@@ -368,50 +337,6 @@ def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, 
         return rep
 
     return run
-
-
-def failure_text(rep: Any, device: str) -> str:
-    """The failed test's message: the lowering's notes and each failing case with its messages and JSON."""
-    head = f"{rep.lowering} failed parity on {device}:"
-    if not rep.failures and len(rep.extra) == 1:
-        return f"{head} {rep.extra[0]}"
-    lines = [head] + [f"  {n}" for n in rep.extra]
-    for f in rep.failures:
-        lines.append(f"  {'shrunk case' if f.shrunk else 'failing case (not shrunk)'}: {f.outcome.case.short()}")
-        lines += [f"    - {m}" for m in f.outcome.failures]
-        lines.append(f"    case JSON: {f.outcome.case.to_json(indent=None)}")
-    return "\n".join(lines)
-
-
-def _work_dir(state: _State, name: str, item: tuple[int, int] | None) -> Path | None:
-    """Where this process writes a part's failure files and case in flight: a directory of its own under
-    `<report>/parts/` (the controller moves the failure files into `<report>/failures/`)."""
-    if state.session.report_dir is None:
-        return None
-    from parity.report import lowering_stem
-    from parity.shards import shard_dir
-
-    stem = lowering_stem(name)
-    if item is not None:
-        return shard_dir(state.session.report_dir, stem, item)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    return state.session.report_dir / "parts" / f"{stem}.{worker}"
-
-
-def _record(state: _State, name: str, item: Any, rep: Any) -> None:
-    """Keep this check's report; a lowering checked again in this process adds to its part."""
-    key = (name, item)
-    old = state.parts.get(key)
-    if old is None:
-        state.parts[key] = rep
-        return
-    old.add(rep)
-    old.failures += rep.failures
-    old.extra += rep.extra
-    old.seconds += rep.seconds
-    old.interrupted = old.interrupted or rep.interrupted
-    if rep.status == "fail" or old.status == "unavailable":
-        old.status = rep.status
 
 
 # ---- the session's report ---------------------------------------------------------------------------
@@ -438,26 +363,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state.began = True
 
 
-def _part_records(state: _State) -> list[dict[str, Any]]:
-    """This process's parts as JSON: each one's entry (with its compile families) and the directory its
-    failure files were written to."""
-    from parity import report as report_mod
-    from parity.shards import shard_part_entry
-
-    cs = state.session
-    out = []
-    for (name, item), rep in state.parts.items():
-        work_dir = _work_dir(state, name, item)
-        kw = cs._report_kw()
-        if work_dir is not None:
-            report_mod.write_failure_files(work_dir, [rep], device=kw["device"], replay=kw["replay"],
-                                           plugins=kw["plugins"])
-        entry = shard_part_entry(rep.to_json(kw["replay"]), work_dir, rep.compile_families)
-        out.append({"lowering": name, "item": list(item) if item else None, "entry": entry,
-                    "dir": str(work_dir) if work_dir is not None else None, "interrupted": rep.interrupted})
-    return out
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """pytest-xdist controller: keep each worker's parity parts and warm-up report."""
@@ -471,38 +376,20 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         state.warmups.append((worker, data))
 
 
-def merged_report(state: _State, parts: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-    """One report's data from the parts of every process, lowerings in the order they were first seen:
-    a lowering's parts merged (`parity.jobs.merge_lowering`), their failure files moved into the report."""
-    from parity.jobs import merge_lowering
-
-    cs = state.session
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for p in parts:
-        by_name.setdefault(p["lowering"], []).append(p)
-    names = list(by_name)
-    cs.header_for(names, jobs=_xdist_workers(state.pytest_config))
-    data = cs.top()
-    for name in names:
-        ps = sorted(by_name[name], key=lambda p: tuple(p["item"] or (0, 0)))
-        data["lowerings"][name] = merge_lowering(
-            cs.report_dir, name, [p["entry"] for p in ps], [Path(p["dir"]) for p in ps if p["dir"]],
-            sharded=len(ps) > 1, keep_families=cs.config.shard is not None)
-    return data, any(p["interrupted"] for p in parts)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from parity.pytest_parts import merged_report, part_records
+
     config = session.config
     state = _state(config)
     if _is_worker(config):
         if state.parts:
-            config.workeroutput[PARTS_KEY] = json.dumps(_part_records(state))
+            config.workeroutput[PARTS_KEY] = json.dumps(part_records(state.session, state.parts))
         return
-    parts = (_part_records(state) if state.parts else []) + state.received
+    parts = (part_records(state.session, state.parts) if state.parts else []) + state.received
     if not parts and not state.began:
         return
     state.session_().load(probe=False)
-    state.data, interrupted = merged_report(state, parts)
+    state.data, interrupted = merged_report(state.session, parts, _xdist_workers(config))
     if not state.began:  # no report directory: the merged table in the terminal summary only
         return
     try:

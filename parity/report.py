@@ -33,7 +33,7 @@ command}`.
         "compiles": {kernel: int}, "compile_families": int, "max_compiles_in_a_family": int,
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
-        "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
+        "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device

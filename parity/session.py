@@ -10,7 +10,7 @@ session's report at its end (`write_parts`, the merge of pytest-xdist workers' p
   prepares and locks it first, `parity.report_dir`); `header_for(names)`: the report's header
   (`parity.provenance`);
 - `check(lowering, shard=...)`: the lowering's saved failures replayed first (in shard 0), then its
-  boundary cases and the drawn sweep (`parity.runner.check_lowering`), optionally after a JIT warm-up;
+  boundary cases and the drawn sweep (`parity.sweep.check_lowering`), optionally after a JIT warm-up;
 - `write(reports)` (one process) or `write_parts(data)` (parts of other processes, merged by
   `parity.jobs.merge_lowering`): failure files, junit.xml, summary.md, then parity.json; `end()` unmarks
   the directory; `gate()` compares the written report with `gate_baseline`.
@@ -191,7 +191,7 @@ class CheckSession:
 
     # ---- checking -----------------------------------------------------------------------------------
     def run_options(self):
-        from parity.runner import RunOptions
+        from parity.invocation import RunOptions
 
         cfg = self.config
         return RunOptions(device=self.device, check_inputs_untouched=cfg.hardening, check_determinism=cfg.hardening,
@@ -245,7 +245,8 @@ class CheckSession:
         warm-up gives a failed, interrupted report. `fixed` case fields narrow the draw (no boundary cases);
         `replay`: the saved failures (default: read from the report directory now)."""
         from parity import hooks
-        from parity.runner import LoweringReport, check_lowering, hook_failure_report
+        from parity.outcome import LoweringReport
+        from parity.sweep import check_lowering, hook_failure_report
         from strategies import PROFILES, check_cases
 
         self.load()
@@ -274,7 +275,7 @@ class CheckSession:
                     executor.close()
 
     # ---- reports ------------------------------------------------------------------------------------
-    def _report_kw(self) -> dict[str, Any]:
+    def report_kw(self) -> dict[str, Any]:
         from parity import report as report_mod
 
         return dict(device=self.device, profile=self.config.profile, tolerances=self.policy.source,
@@ -287,7 +288,7 @@ class CheckSession:
 
         if self.report_dir is None:
             return
-        kw = self._report_kw()
+        kw = self.report_kw()
         try:
             report_mod.write_progress(self.report_dir, reports, device=kw["device"], profile=kw["profile"],
                                       tolerances=kw["tolerances"], replay=kw["replay"], plugins=kw["plugins"])
@@ -300,7 +301,7 @@ class CheckSession:
         its failure files in `work_dir` (default: the report directory)."""
         from parity import report as report_mod
 
-        kw = self._report_kw()
+        kw = self.report_kw()
         if self.report_dir is None:
             return report_mod.to_json(reports, device=kw["device"], profile=kw["profile"],
                                       tolerances=kw["tolerances"], replay=kw["replay"], header=self.header,

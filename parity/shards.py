@@ -3,7 +3,7 @@
 A lowering whose cases are dominated by per-process work that does not parallelize inside a process
 (`torch.compile` traces a new graph for each shape family it sees: about a second of dynamo per family)
 gets S child `check` processes instead of one. Shard `i` draws the very cases a serial run draws and
-runs those whose draw index is `i` modulo S (`parity.runner._sharded_run_case`), so the S shards of a
+runs those whose draw index is `i` modulo S (`parity.sweep.sharded_run_case`), so the S shards of a
 derandomized profile run each of the serial run's cases exactly once; a random profile's shards each draw
 their own. A shard that finds a failure shrinks it itself, judging every case hypothesis tries.
 

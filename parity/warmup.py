@@ -175,8 +175,10 @@ def _candidates(lowering: Any, variant: Variant) -> list[Case]:
 
 
 def _keys(lowering: Any, case: Case, variant: Variant) -> tuple[str, ...]:
-    fn = getattr(lowering, "jit_modules", None)
-    if callable(fn):
+    from lowerings.protocol import optional_hook
+
+    fn = optional_hook(lowering, "jit_modules")
+    if fn is not None:
         return tuple(str(k) for k in fn(case))
     return (f"{getattr(lowering, 'name', lowering)} {variant.describe()}",)
 
@@ -189,8 +191,10 @@ def _limits_for(lowering: Any, cases_or_limits: Any, device: str):
                 return got
         else:
             return cases_or_limits
-    fn = getattr(lowering, "case_limits", None)
-    lim = fn(device) if callable(fn) else None
+    from lowerings.protocol import optional_hook
+
+    fn = optional_hook(lowering, "case_limits")
+    lim = fn(device) if fn is not None else None
     if lim is None:
         from strategies import Limits
         lim = Limits()

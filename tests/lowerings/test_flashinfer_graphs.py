@@ -1,4 +1,4 @@
-"""CUDA-graph capture and replay of the flashinfer adapters' `prepare()` (lowerings/flashinfer_paged.py).
+"""CUDA-graph capture and replay of the flashinfer adapters' `prepare()` (lowerings/flashinfer/).
 
 One scenario driver, two backends:
 
@@ -24,7 +24,7 @@ import torch
 
 import lowerings
 from lowerings import counters
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
@@ -338,7 +338,7 @@ def test_graph_wrapper_checks_the_constructor():
             pass
 
     with pytest.raises(NotImplementedError, match="paged_kv_indptr_buffer"):
-        fp._graph_wrapper(OldWrapper, torch.zeros(1, dtype=torch.uint8), "NHD",
+        fp.graph_wrapper(OldWrapper, torch.zeros(1, dtype=torch.uint8), "NHD",
                           {"paged_kv_indptr_buffer": torch.zeros(2)})
 
 

@@ -100,7 +100,7 @@ def test_oracle_kernel_compiles_once_per_family(monkeypatch):
     from oracle import _fast_kernel as fk
 
     log, family = [], [None]
-    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+    monkeypatch.setattr(fk, "ORACLE_KERNEL", Recorder("_oracle_kernel", fk.ORACLE_KERNEL, log, family))
 
     @SETTINGS
     @given(case=cases(limits=Limits(max_context=300), head_dim=64, dtype="bfloat16", kv_dtype="bfloat16",
@@ -142,7 +142,7 @@ def test_the_oracle_check_sees_a_value_specialized_on(monkeypatch):
     from tests.oracle.oracle_cases import build_case
 
     log, family = [], [("D=64",)]
-    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+    monkeypatch.setattr(fk, "ORACLE_KERNEL", Recorder("_oracle_kernel", fk.ORACLE_KERNEL, log, family))
     for K in (1, 3):  # K*G <= 16: one row block, the same constexprs
         attention(materialize(build_case([5], K, 1, 2, 64, 16), DEVICE), engine="triton")
     without = {"_oracle_kernel": [n for n in fk.RUNTIME_ARGS if n != "K"]}

@@ -293,7 +293,7 @@ REPRO_ROWS = [
 @pytest.mark.parametrize("row", REPRO_ROWS, ids=[r.id for r in REPRO_ROWS])
 def test_a_bad_case_file_is_refused_before_anything_is_built(tmp_path, row, monkeypatch):
     built = []
-    monkeypatch.setattr("parity.runner.materialize", lambda *a, **k: built.append(a))
+    monkeypatch.setattr("parity.invocation.materialize", lambda *a, **k: built.append(a))
     t0 = time.perf_counter()
     code, out, err = run(["repro", *row.setup(tmp_path), "--device", "cpu", "--no-isolate"])
     assert code == 2, out + err
@@ -347,7 +347,7 @@ def test_a_bad_report_directory_or_planted_file_is_refused_before_the_first_case
     outside.mkdir()
     keep = write(outside / "sdpa-1.json", failure_text())  # what a link out of the report must never delete
     ran = []
-    monkeypatch.setattr("parity.runner.check_lowering", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("parity.sweep.check_lowering", lambda *a, **k: ran.append(a))
     code, out, err = run(["check", "--lowering", "sdpa", "--no-isolate", *QUICK, *row.setup(tmp_path)])
     assert code == 2, out + err
     first = err.splitlines()[0]

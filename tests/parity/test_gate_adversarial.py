@@ -77,13 +77,8 @@ MODES = ("good", "zeros", "no-lse", "exit-run", "exit-supports", "decline-at-run
 
 @contextlib.contextmanager
 def _registry_restored():
-    lowerings.names()
-    saved = dict(registry._REGISTRY)
-    try:
+    with registry.restored():
         yield
-    finally:
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(saved)
 
 
 def _main(argv, capsys=None) -> tuple[int, str]:

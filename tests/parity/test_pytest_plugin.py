@@ -186,7 +186,7 @@ def test_a_foreign_suite_runs_as_without_the_plugin(pytester, monkeypatch):
 
 def test_library_logs_below_warning_are_dropped_during_a_sweep(caplog):
     """What flashinfer or torch log at INFO while a parity check runs does not reach the failure's report."""
-    from parity.pytest_plugin import quiet_library_logs
+    from parity.pytest_parts import quiet_library_logs
 
     caplog.set_level(logging.DEBUG)
     with quiet_library_logs():
@@ -199,7 +199,7 @@ def test_library_logs_below_warning_are_dropped_during_a_sweep(caplog):
 def test_xdist_shard_items_spread_each_lowering_over_the_workers():
     """Under `pytest -n 4` each lowering's test is four shard items; item j runs shard (j, 4) of the serial
     run's cases, composed with a machine's `--parity-shard I/S` as (I + S*j, S*4)."""
-    from parity.pytest_plugin import lowering_params
+    from parity.pytest_parts import lowering_params
     from parity.session import compose
 
     params = lowering_params(["a", "b"], 4)

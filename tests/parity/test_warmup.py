@@ -173,7 +173,7 @@ def test_cases_or_limits_forms():
 
 
 def test_flashinfer_adapters_plan_one_run_per_module(monkeypatch):
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
 
     adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
     for a in adapters:
@@ -200,7 +200,7 @@ def test_flashinfer_default_limits_warm_fp8_fp16_and_head_dim_64(monkeypatch):
     """The adapters' own CUDA limits (case_limits: bf16/fp16, bf16/fp16/fp8 KV, D = 64 and 128): the warm-up
     loads every module those cases need, fp8 decode and fa2 prefill modules among them, and no fp8 fa3 one
     (flashinfer's fa3 has no bf16/fp16-query x fp8-KV kernel; fa3 declines those cases)."""
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
 
     adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
     for a in adapters:

@@ -8,22 +8,20 @@ This is deliberately not the oracle: it reads through its own page-table code, i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from lowerings import counters
+from oracle.rules import LOG2E
 
-LOG2E = 1.0 / math.log(2.0)
-_FP8 = getattr(torch, "float8_e4m3fn", None)
+FP8 = getattr(torch, "float8_e4m3fn", None)
 # Rows gathered at once are bounded so that memory stays small on long contexts.
-_MAX_GATHER_ELEMS = 1 << 24
+MAX_GATHER_ELEMS = 1 << 24
 
 
-def _read_pool(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, layout: str, scale: float,
+def read_pool(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, layout: str, scale: float,
                dtype: torch.dtype) -> torch.Tensor:
     x = pool[pid, slot] if layout == "NHD" else pool[pid, :, slot]
-    if pool.dtype == _FP8:
+    if pool.dtype == FP8:
         return (x.float() * scale).to(dtype)
     return x
 
@@ -40,7 +38,7 @@ def append_paged_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torc
         pid = page_table[b].to(torch.long)[t // page_size]
         slot = t % page_size
         for pool, blk, sc in ((k_pool, k_block[b], k_scale), (v_pool, v_block[b], v_scale)):
-            val = (blk.float() / sc).to(pool.dtype) if pool.dtype == _FP8 else blk.to(pool.dtype)
+            val = (blk.float() / sc).to(pool.dtype) if pool.dtype == FP8 else blk.to(pool.dtype)
             if layout == "NHD":
                 pool[pid, slot] = val
             else:
@@ -85,7 +83,7 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
     lens = torch.tensor(kv_lens, device=dev, dtype=torch.long)
     T = max(int(max(kv_lens)), 1)
-    rows_per = max(1, _MAX_GATHER_ELEMS // max(1, T * Hkv * D))
+    rows_per = max(1, MAX_GATHER_ELEMS // max(1, T * Hkv * D))
     outs, lses = [], []
     for n0 in range(0, N, rows_per):
         n1 = min(N, n0 + rows_per)
@@ -96,8 +94,8 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         pid = torch.gather(page_table[n0:n1].to(torch.long), 1, col)
         pid = torch.where(valid, pid, torch.zeros_like(pid))
         slot = (t % page_size).expand(n1 - n0, -1)
-        k = _read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
-        v = _read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
+        k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
+        v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
         z = torch.zeros((), dtype=q.dtype, device=dev)
         k = torch.where(valid.view(n1 - n0, T, 1, 1), k, z)
         v = torch.where(valid.view(n1 - n0, T, 1, 1), v, z)
