@@ -96,15 +96,17 @@ def load_shards(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]
     return [(p, d) for p, d, _ in loaded]
 
 
-def _copy_failures(out: Path, name: str, entry: dict[str, Any], sources: list[Path]) -> None:
-    """Copy each failure file of the merged `entry` (from the shard report it came from, `sources[k]` for
-    its k-th failure) to `OUT/failures/<stem>-<n>.json`, its `file` and replay command pointing there."""
+def _copy_failures(out: Path, name: str, entry: dict[str, Any], sources: list[tuple[Any, Path]]) -> None:
+    """Copy each failure file of the merged `entry` (from the shard report that found its case: `sources`
+    holds `(case JSON, shard report directory)` of every shard's failures, in shard order) to
+    `OUT/failures/<stem>-<n>.json`, its `file` and replay command pointing there."""
     from parity.report import atomic_write, dumps, failure_filename, replay_command
 
-    for n, (f, src) in enumerate(zip(entry.get("failures", []), sources), 1):
+    for n, f in enumerate(entry.get("failures", []), 1):
         rel = f"failures/{failure_filename(name, n)}"
-        old = src / f.get("file", "")
-        if old.is_file():
+        src = next((d for case, d in sources if case == f.get("case")), None)
+        old = src / f.get("file", "") if src is not None else None
+        if old is not None and old.is_file():
             try:
                 saved = json.loads(old.read_text())
                 saved["replay"] = replay_command(out / rel, f.get("replay_args"))
@@ -143,7 +145,7 @@ def merge_reports(dirs: Sequence[str | Path], out: str | Path) -> dict[str, Any]
                 old.unlink()
         for name in ref["lowerings"]:
             entries = [dict(s[1]["lowerings"][name]) for s in shards]
-            sources = [p.parent for p, s in shards for _ in s["lowerings"][name].get("failures", [])]
+            sources = [(f.get("case"), p.parent) for p, s in shards for f in s["lowerings"][name].get("failures", [])]
             entry = merge_entries(entries, name)
             entry.pop(FAMILY_KEYS, None)
             _copy_failures(d, name, entry, sources)

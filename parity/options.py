@@ -246,18 +246,18 @@ def add_to_pytest(group: Any) -> None:
     for o in OPTIONS:
         if not o.pytest:
             continue
-        dest = pytest_dest(o)
+        dest, text = pytest_dest(o), pytest_message(o.help)
         if o.kind == "flag":
-            group.addoption(pytest_flag(o.flag), dest=dest, action="store_true", default=None, help=o.help)
+            group.addoption(pytest_flag(o.flag), dest=dest, action="store_true", default=None, help=text)
         elif o.kind == "negated":
             group.addoption(pytest_flag("--" + o.positive), dest=dest, action="store_true", default=None,
                             help=f"(default {'on' if o.default_for('pytest') else 'off'}) the opposite of "
                                  f"{pytest_flag(o.flag)}")
-            group.addoption(pytest_flag(o.flag), dest=dest, action="store_false", default=None, help=o.help)
+            group.addoption(pytest_flag(o.flag), dest=dest, action="store_false", default=None, help=text)
         else:
             group.addoption(pytest_flag(o.flag), dest=dest, metavar=o.metavar or o.field.upper(),
                             action="append" if o.kind == "append" else "store",
-                            default=[] if o.kind == "append" else None, help=o.help)
+                            default=[] if o.kind == "append" else None, help=text)
 
 
 def given_in_pytest(getoption: Callable[[str], Any]) -> list[str]:
