@@ -15,7 +15,7 @@ Equal to a serial run: verdicts, case counts, worst figures, the shrunk failures
 fails. When one fails, the shards that did not find the failure go on drawing past it: counts then exceed
 the serial run's and a shard may find (and shrink) another failing case; the verdict is the same.
 
-Public: `merge_reports(dirs, out) -> data`, `IGNORED_SETTINGS`.
+Public: `merge_reports(dirs, out) -> data`, `load_shards`, `copy_failures`, `IGNORED_SETTINGS`.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def load_shards(dirs: Sequence[str | Path]) -> list[tuple[Path, dict[str, Any]]]
     return [(p, d) for p, d, _ in loaded]
 
 
-def _copy_failures(out: Path, name: str, entry: dict[str, Any], sources: list[tuple[Any, Path]]) -> None:
+def copy_failures(out: Path, name: str, entry: dict[str, Any], sources: list[tuple[Any, Path]]) -> None:
     """Copy each failure file of the merged `entry` (from the shard report that found its case: `sources`
     holds `(case JSON, shard report directory)` of every shard's failures, in shard order) to
     `OUT/failures/<stem>-<n>.json`, its `file` and replay command pointing there."""
@@ -148,7 +148,7 @@ def merge_reports(dirs: Sequence[str | Path], out: str | Path) -> dict[str, Any]
             sources = [(f.get("case"), p.parent) for p, s in shards for f in s["lowerings"][name].get("failures", [])]
             entry = merge_entries(entries, name)
             entry.pop(FAMILY_KEYS, None)
-            _copy_failures(d, name, entry, sources)
+            copy_failures(d, name, entry, sources)
             data["lowerings"][name] = entry
         unmatched = [set(s.get("tolerances_unmatched", [])) for _, s in shards]
         if all("tolerances_unmatched" in s for _, s in shards):  # unmatched by every shard: by the run

@@ -125,3 +125,23 @@ def test_shards_that_are_not_one_run_are_refused(runs, capsys, which, says):
     code = cli.main(["merge", *argv, "--report", out])
     err = capsys.readouterr().err
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_failure_found_by_two_shards_is_copied_from_a_shard_that_found_it(tmp_path):
+    """Shards 0 and 1 shrank to case A, shard 2 to case B: the merged report has A and B once each, and
+    B's file is shard 2's (each shard numbers its own failures from 1)."""
+    from parity.merge import copy_failures
+
+    cases = {"A": {"seed": 1}, "B": {"seed": 2}}
+    for shard, name in enumerate("AAB"):
+        d = tmp_path / f"s{shard}" / "failures"
+        d.mkdir(parents=True)
+        (d / "m-1.json").write_text(json.dumps({"case": cases[name], "from": f"s{shard}"}))
+    (tmp_path / "out" / "failures").mkdir(parents=True)
+    entry = {"failures": [{"case": cases["A"], "file": "failures/m-1.json"},
+                          {"case": cases["B"], "file": "failures/m-1.json"}]}
+    copy_failures(tmp_path / "out", "m", entry, [(cases[n], tmp_path / f"s{i}") for i, n in enumerate("AAB")])
+    assert [f["file"] for f in entry["failures"]] == ["failures/m-1.json", "failures/m-2.json"]
+    copied = [json.loads((tmp_path / "out" / "failures" / f"m-{n}.json").read_text()) for n in (1, 2)]
+    assert [(c["case"], c["from"]) for c in copied] == [(cases["A"], "s0"), (cases["B"], "s2")]
+    assert str(tmp_path / "out" / "failures" / "m-2.json") in copied[1]["replay"]

@@ -209,3 +209,33 @@ def test_xdist_shard_items_spread_each_lowering_over_the_workers():
     shards = [compose((i, 3), (j, 4)) for i in range(3) for j in range(4)]
     assert sorted(shards) == [(k, 12) for k in range(12)]  # every case of the serial run exactly once
     assert compose(None, (1, 4)) == (1, 4) and compose((2, 3), None) == (2, 3)
+
+
+def test_gpu_pinning_and_the_profile_only_in_a_session_that_uses_the_plugin(pytester, monkeypatch):
+    """A pytest-xdist worker (faked: `workerinput`, `gw1`, torch's pinning recorded) of a session whose tests
+    take no parity fixture loads no hypothesis profile and pins no GPU; once a test takes `parity_check`,
+    the worker is pinned and the `dflash-<profile>` profile loaded, once."""
+    import types
+
+    from hypothesis import settings
+
+    from parity import gpus
+    from parity import pytest_plugin as plug
+
+    pinned, before = [], settings._current_profile
+    monkeypatch.setattr(gpus, "pin_xdist_worker", pinned.append)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    settings.register_profile("foreign-suite", max_examples=7)
+    settings.load_profile("foreign-suite")
+    config = pytester.parseconfigure(*plugin_args(), "-p", "no:cacheprovider")
+    config.workerinput = {"workercount": 2}
+    foreign = types.SimpleNamespace(fixturenames=("tmp_path",), keywords={})
+    ours = types.SimpleNamespace(fixturenames=("parity_lowering", "parity_check"), keywords={})
+    try:
+        plug.pytest_collection_modifyitems(config, [foreign])
+        assert pinned == [] and settings._current_profile == "foreign-suite"
+        plug.pytest_collection_modifyitems(config, [foreign, ours])
+        plug.pytest_collection_modifyitems(config, [ours])
+        assert pinned == ["gw1"] and settings._current_profile == f"dflash-{plug._state(config).config_().profile}"
+    finally:
+        settings.load_profile(before)
