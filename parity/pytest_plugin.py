@@ -14,7 +14,8 @@ plugin adds only `--parity-*` options and the `parity_gpu` marker; it loads no h
 `--parity-profile` is given or a parity fixture is used (then the `dflash-<profile>` profile), and pins
 no pytest-xdist worker to a GPU unless the session uses the plugin. The old spellings `--lowering`,
 `--plugin`, `--dflash-warmup` and the `gpu` marker work for one more release with a deprecation warning,
-and only where no other plugin or conftest defines them.
+and only where no other plugin or conftest defines them (the `gpu` marker only in a session that uses
+the plugin: another suite's unregistered `gpu` marker is never taken as ours).
 
 Several GPUs (pytest-xdist, `pytest -n N`): worker `gwN` runs on GPU `N mod device_count`
 (`parity.gpus`), and each lowering's test is split into N shard items (`test[sdpa-shard1of4]`, ...):
@@ -178,12 +179,14 @@ def _options_given(config: pytest.Config) -> list[str]:
 def pytest_configure(config: pytest.Config) -> None:
     markers = [line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")]
     config.addinivalue_line("markers", GPU_MARKER)
-    config.stash[_OWNS_GPU] = "gpu" not in markers  # another plugin's or conftest's `gpu` is left alone
-    if config.stash[_OWNS_GPU]:
-        config.addinivalue_line("markers", OLD_GPU_MARKER)
+    # The old `gpu` marker is the plugin's only in a session that uses it, and only where another plugin's or
+    # conftest's `gpu` is not registered (that one is left alone).
+    config.stash[_OWNS_GPU] = "gpu" not in markers
     state = _state(config)
     if not _options_given(config):
         return
+    if config.stash[_OWNS_GPU]:
+        config.addinivalue_line("markers", OLD_GPU_MARKER)
     state.used = True
     cfg = state.config_()
     _use(config, profile_given=config.getoption("parity_profile") is not None)
@@ -225,7 +228,7 @@ def _use(config: pytest.Config, profile_given: bool = False) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if any(f in getattr(item, "fixturenames", ()) for item in items for f in FIXTURES):
         _use(config)
-    owns_gpu = config.stash.get(_OWNS_GPU, False)
+    owns_gpu = config.stash.get(_OWNS_GPU, False) and _state(config).used
     marked = [item for item in items if "parity_gpu" in item.keywords or (owns_gpu and "gpu" in item.keywords)]
     if not marked:
         return

@@ -49,17 +49,20 @@ def test_plugin_parametrizes_selected_lowerings_and_skips_gpu_tests(pytester):
 def test_plugin_fails_a_lowering_whose_hook_fails_before_its_cases(pytester):
     """A hook asked while the cases are planned (here `dispatch_boundaries`, for the boundary cases) that
     raises fails that lowering's test with the hook named, and the session goes on (no internal error).
-    The old spellings `--plugin`, `--lowering` still work, each with a deprecation warning."""
+    The old spellings `--plugin`, `--lowering` and the `gpu` marker still work, each with a deprecation
+    warning."""
     plugin = pytester.path / "bad_hook.py"
     plugin.write_text("from lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n\n\n"
                       "class P(Sdpa):\n    name = 'bad_hook'\n\n    def dispatch_boundaries(self):\n"
                       "        raise KeyError('threshold')\n\n\nregister(P())\n")
-    pytester.makepyfile(test_other_repo=TEST_FILE)
+    pytester.makepyfile(test_other_repo=TEST_FILE + "\n\n@pytest.mark.gpu\ndef test_old_marker():\n    pass\n")
     res = runpytest(pytester, "--plugin", str(plugin), "--lowering", "bad_hook", "--parity-lowering", "sdpa",
-                    "--parity-profile", "ci", "--parity-device", "cpu", "-k", "test_parity", "-p", "no:cacheprovider")
-    assert_outcomes(res, failed=1, passed=1, warnings=2)
+                    "--parity-profile", "ci", "--parity-device", "cpu", "-k", "test_parity or test_old_marker",
+                    "-p", "no:cacheprovider")
+    assert_outcomes(res, failed=1, passed=1, skipped=1, warnings=3)
     res.stdout.fnmatch_lines(["*bad_hook failed parity on cpu: dispatch_boundaries() raised KeyError: 'threshold'*",
                               "*--plugin is deprecated, use --parity-plugin*"])
+    res.stdout.fnmatch_lines(["*the `gpu` marker is deprecated, use `parity_gpu`*"])
 
 
 def test_parity_limit_narrows_the_draw_and_bad_input_is_one_usage_line(pytester):
