@@ -528,9 +528,9 @@ def test_a_fail_row_shows_the_failing_case_figures(tmp_path):
 def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monkeypatch):
     """Serial runs write each finished lowering's results before the next starts (a segfault in a hook
     that runs in this process cannot be contained; simulated here by the process 'dying' in the second)."""
-    from parity import runner
+    from parity import sweep
 
-    real = runner.check_lowering
+    real = sweep.check_lowering
     calls = []
 
     class ProcessGone(BaseException):  # a segfault: nothing in the process runs after it (no handler sees it)
@@ -542,7 +542,7 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
             raise ProcessGone()
         return real(lw, *a, **k)
 
-    monkeypatch.setattr(runner, "check_lowering", dies_in_the_second)
+    monkeypatch.setattr(sweep, "check_lowering", dies_in_the_second)
     with pytest.raises(ProcessGone):
         run(["check", "--lowering", "sdpa", "--lowering", "context", "--no-isolate", *QUICK, "--report", tmp_path])
     partial = json.loads((tmp_path / report_mod.PARTIAL_NAME).read_text())

@@ -393,22 +393,6 @@ def test_check_cuda_without_a_gpu_judges_nothing(tmp_path, capsys):
     assert code == 1 and "**baseline-failed**" in out and "**nothing-judged**" in out
 
 
-def test_pytest_parity_device_cuda_without_a_gpu_is_a_usage_error():
-    import torch
-
-    from parity import pytest_plugin
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-
-    class Config:
-        def getoption(self, name):
-            return "cuda" if name == "--parity-device" else None
-
-    with pytest.raises(pytest.UsageError, match="--parity-device cuda: needs a CUDA GPU"):
-        pytest_plugin.pytest_configure(Config())
-
-
 def test_repro_of_a_non_finite_oracle_is_bad_input(tmp_path, capsys):
     from oracle import Case
 

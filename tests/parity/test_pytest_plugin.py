@@ -12,6 +12,7 @@ import pathlib
 import re
 
 import pytest
+import torch
 
 from tests.plugin_runs import assert_outcomes, plugin_args, runpytest
 
@@ -66,8 +67,9 @@ def test_plugin_fails_a_lowering_whose_hook_fails_before_its_cases(pytester):
 
 
 def test_parity_limit_narrows_the_draw_and_bad_input_is_one_usage_line(pytester):
-    """--parity-limit narrows the draw; a bad option value or a plugin file that does not import is a usage
-    error naming it in one line (exit 4), never an internal error or a failure of every test."""
+    """--parity-limit narrows the draw; a bad option value, a plugin file that does not import or
+    `--parity-device cuda` without a GPU is a usage error naming it in one line (exit 4), never an internal
+    error, a failure of every test or a session of skips that exits 0."""
     pytester.makepyfile(test_other_repo='''
 def test_parity(parity_lowering, parity_check):
     rep = parity_check(parity_lowering, max_examples=5)
@@ -80,7 +82,10 @@ def test_parity(parity_lowering, parity_check):
     broken.write_text("def oops(:\n")
     for args, says in ((["--parity-limit", "head_dim=64"], "ERROR: --parity-limit: expected FIELD=VALUE"),
                        (["--parity-max-examples", "x"], "ERROR: --parity-max-examples must be a positive integer, got 'x'"),
-                       (["--parity-plugin", str(broken)], f"ERROR: --parity-plugin {broken}: ")):
+                       (["--parity-plugin", str(broken)], f"ERROR: --parity-plugin {broken}: "),
+                       (["--parity-device", "cuda"], "ERROR: --parity-device cuda: needs a CUDA GPU")):
+        if args[1] == "cuda" and torch.cuda.is_available():
+            continue
         bad = pytester.runpytest_inprocess(*plugin_args(), "--parity-device", "cpu", *args, "-p", "no:cacheprovider")
         err = [ln for ln in bad.stderr.str().splitlines() if ln.strip()]
         assert bad.ret == 4 and len(err) == 1 and err[0].startswith(says), (args, bad.stderr.str(), bad.stdout.str())
