@@ -18,9 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naive import naive_attention, sees
+from tests.oracle.naive import naive_attention, sees
 from oracle import attention, future_block_keys_mask, materialize, visible
-from oracle_cases import cases, windows
+from tests.oracle.oracle_cases import cases, windows
 
 FP64_ABS = 1e-12
 FP32_REL = 1e-6   # of max |O_naive|
@@ -164,7 +164,7 @@ def test_visible_matches_literal_rule(case, data):
 
 def test_part_b_of_last_query_is_empty():
     """SEMANTICS.md 4.3: part B is empty for i = K-1 (and for every i when right == 0)."""
-    from oracle_cases import build_case
+    from tests.oracle.oracle_cases import build_case
 
     case = build_case((5, 0, 9), 4, 2, 2, 16, 4, window=(1, 1), seed=3)
     inputs = materialize(case)

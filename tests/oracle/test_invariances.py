@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oracle import attention, future_block_keys_mask, materialize
-from oracle_cases import build_case
+from tests.oracle.oracle_cases import build_case
 
 FP8 = "float8_e4m3fn"
 

@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from naive import naive_attention
+from tests.oracle.naive import naive_attention
 from oracle import attention, materialize, ulp_bf16, window_for
-from oracle_cases import build_case
+from tests.oracle.oracle_cases import build_case
 
 ULPS = 100
 REL_L2 = 0.1
