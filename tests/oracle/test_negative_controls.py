@@ -1,4 +1,4 @@
-"""Negative controls: on cases built to separate them, each classic semantic bug (BUGS.md classes)
+"""Negative controls: on cases built to separate them, each classic semantic bug (docs/bugs.md classes)
 changes the oracle's answer by far more than any tolerance a lowering is judged with.
 
 "Far more" here: max |O_a - O_b| > 100 bf16 ulp of max |O| (the default output bound is 8 ulp) and
