@@ -52,8 +52,31 @@ def window_for(kind: str, width: int | None = None) -> tuple[int, int]:
     raise InvalidInput("kind", f"one of noncausal, noncausal_swa, causal, causal_swa; got {kind!r}")
 
 
+class BatchShape:
+    """Shape figures derived from `context_lens`, `block_size`, `num_q_heads` and `num_kv_heads`: shared by
+    `Case` and the page-less `parity.footprint.CaseShape` that sizes a draw before it is built."""
+
+    context_lens: tuple[int, ...]
+    block_size: int
+    num_q_heads: int
+    num_kv_heads: int
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def group_size(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def max_keys(self) -> int:
+        """Longest key set in the batch, `max_b (L_b + K)`."""
+        return max(self.context_lens) + self.block_size
+
+
 @dataclass(frozen=True)
-class Case:
+class Case(BatchShape):
     """One batch of drafter block-attention problems.
 
     Shapes follow docs/semantics.md: `B = len(context_lens)` requests, block size `K`, `Hq` query heads,
@@ -92,15 +115,7 @@ class Case:
     value_keys: tuple[int, ...] = ()
     version: int = CASE_FORMAT_VERSION
 
-    # ---- derived -------------------------------------------------------------------------------------
-    @property
-    def batch_size(self) -> int:
-        return len(self.context_lens)
-
-    @property
-    def group_size(self) -> int:
-        return self.num_q_heads // self.num_kv_heads
-
+    # ---- derived (and BatchShape's batch_size, group_size, max_keys) ----------------------------------
     @property
     def softmax_scale(self) -> float:
         return self.head_dim ** -0.5 if self.scale is None else float(self.scale)
@@ -108,11 +123,6 @@ class Case:
     @property
     def max_pages_per_request(self) -> int:
         return max((len(p) for p in self.pages), default=0)
-
-    @property
-    def max_keys(self) -> int:
-        """Longest key set in the batch, `max_b (L_b + K)`."""
-        return max(self.context_lens) + self.block_size
 
     @property
     def is_causal(self) -> bool:
