@@ -1,7 +1,7 @@
 """An example plugin: a user's own lowering, registered from a file (`--plugin examples/plugin_window_off_by_one.py`).
 
 It copies the windowed merge but anchors part A's window one key too wide (`window_left = W` instead
-of `W - 1`: BUGS.md row 4), so `dflash-parity check --plugin ... --lowering my_windowed_merge` exits 1
+of `W - 1`: docs/bugs.md row 4), so `dflash-parity check --plugin ... --lowering my_windowed_merge` exits 1
 with a shrunk failure file.
 """
 

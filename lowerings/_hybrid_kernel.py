@@ -1,6 +1,6 @@
 """Hybrid paged split-KV attention: paged context + dense block suffix in one softmax (Triton).
 
-SEMANTICS.md section 4.4 (seed 003, the DFlash hybrid-context kernel). For every request ``b``, query
+docs/semantics.md section 4.4 (seed 003, the DFlash hybrid-context kernel). For every request ``b``, query
 ``i < K`` and query head ``h`` (KV head ``h // G``, ``G = Hq // Hkv``)::
 
     keys  = context positions 0 .. L_b - 1   (paged pool, page_table[b, t // page_size], slot t % page_size)

@@ -1,4 +1,4 @@
-"""One Triton kernel: merge the later block keys into a causal windowed decode (SEMANTICS.md 4.3).
+"""One Triton kernel: merge the later block keys into a causal windowed decode (docs/semantics.md 4.3).
 
 A non-causal windowed layer (window ``(W-1, W-1)``) is lowered as
 

@@ -1,4 +1,4 @@
-"""Merge of the later block keys into a causal decode (SEMANTICS.md 4.3), in the forms production uses.
+"""Merge of the later block keys into a causal decode (docs/semantics.md 4.3), in the forms production uses.
 
 Every form has one signature:
 
@@ -145,7 +145,7 @@ def _no_silent_eager_fallback() -> None:
 
 def compiled_family(q: torch.Tensor, k_block: torch.Tensor, *, scale: float, right: int, lse_a_base: float) -> tuple:
     """What one deployed drafter fixes for its merge: device, dtype, K, Hq, Hkv, D, window, LSE base, scale.
-    Only the batch varies within it (SEMANTICS.md 4.3; seed 000: automatic dynamic shapes)."""
+    Only the batch varies within it (docs/semantics.md 4.3; seed 000: automatic dynamic shapes)."""
     B, K, Hq, D = q.shape
     return (q.device.type, str(q.dtype).replace("torch.", ""), K, Hq, k_block.shape[2], D, right, lse_a_base,
             float(scale))

@@ -1,4 +1,4 @@
-"""The production decompositions of SEMANTICS.md section 4, in torch, on any device.
+"""The production decompositions of docs/semantics.md section 4, in torch, on any device.
 
 - `sdpa`: torch SDPA in the working dtype over each request's gathered pages: the yardstick.
 - `context`: one batched non-causal paged-prefill call, K queries per request over `L+K` keys.

@@ -1,5 +1,5 @@
 """`hybrid_paged`: one Triton kernel family reading the context from the paged pool and folding the
-block's dense K/V suffix into the same softmax (seed 003, SEMANTICS.md 4.4).
+block's dense K/V suffix into the same softmax (seed 003, docs/semantics.md 4.4).
 
 Non-causal, unwindowed, NHD pool, power-of-two head dim and page size, bf16/fp16 or fp8 (e4m3) KV.
 Small batches split the context across programs (partials + a merge kernel; the split count is a

@@ -1,4 +1,4 @@
-"""GPU mutants: each one realistic bug (BUGS.md), run on a CUDA GPU only. The flashinfer adapters' mutants,
+"""GPU mutants: each one realistic bug (docs/bugs.md), run on a CUDA GPU only. The flashinfer adapters' mutants,
 and a lowering that returns before the work it launched on a side stream is done (`tests/gpu_mutants_plugin.py`
 registers them all for a `check --plugin` run and the stream sanitizer's replay)."""
 

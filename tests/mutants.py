@@ -1,8 +1,8 @@
-"""The mutant catalogue: realistic buggy lowerings the framework must catch (BUGS.md, one bug each).
+"""The mutant catalogue: realistic buggy lowerings the framework must catch (docs/bugs.md, one bug each).
 
 Each mutant subclasses (or wraps) the correct torch lowering it copies, keeps its declared attributes
 (`devices`, `lse_base`, `deterministic`, `max_compiles`) unless the declaration *is* the bug, has a
-distinct `name` ("mutant:..."), a `bugs_row` (the BUGS.md row it reproduces) and a docstring saying
+distinct `name` ("mutant:..."), a `bugs_row` (the docs/bugs.md row it reproduces) and a docstring saying
 what it gets wrong. `tests/parity/test_mutants.py` asserts that `check_lowering` fails on every one,
 with the expected message, and shrinks the failing case small.
 

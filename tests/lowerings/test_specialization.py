@@ -3,7 +3,7 @@
 Triton compiles a variant of a kernel for each combination of its constexprs and, for every integer
 argument it specializes on, whether the value is 1 or divisible by 16. A value that follows the batch
 (the longest context, the page table's width, the split count) must therefore never be specialized on,
-or serving recompiles as batches change (BUGS.md, "a recompile per batch size"; found on the H200 for
+or serving recompiles as batches change (docs/bugs.md, "a recompile per batch size"; found on the H200 for
 the hybrid kernel's `max_ctx` and page-table stride, docs/gpu run 7). Here every launch of the hybrid
 kernels and of the oracle's kernel is recorded over drawn cases (the interpreter runs them), and within
 one shape family each specialized integer argument must fall in one class.

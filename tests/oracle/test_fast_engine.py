@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from oracle import attention, materialize
 from oracle._fast import attention_triton, combine_splits
 from oracle.errors import InvalidInput
-from oracle_cases import build_case, cases, windows
+from tests.oracle.oracle_cases import build_case, cases, windows
 
 REL = 1e-6
 LSE_ABS = 1e-5

@@ -1,6 +1,6 @@
 """The mutant catalogue run through the framework: a check that cannot fail is a defect.
 
-For every mutant of `tests/mutants.py` (one realistic bug each, BUGS.md rows), `check_lowering` under
+For every mutant of `tests/mutants.py` (one realistic bug each, docs/bugs.md rows), `check_lowering` under
 the `ci` profile (derandomized, 60 examples) must fail, with the message that names the bug, on a
 shrunk case no larger than the bug needs. The counterpart, `test_correct_lowerings_pass`: every
 correct built-in CPU lowering passes the very sweeps its mutants fail (no false alarm).
