@@ -33,6 +33,9 @@ def test_needs_gpu():
     pass
 '''
 
+SMALL = ("--parity-limit", "max_batch=2", "--parity-limit", "max_context=64", "--parity-limit",
+         "max_production_context=0")  # small cases, few boundary cases: a cheap subprocess run
+
 SWEEP = '''
 def test_parity(parity_lowering, parity_check):
     parity_check(parity_lowering)
@@ -41,7 +44,7 @@ def test_parity(parity_lowering, parity_check):
 
 def test_plugin_parametrizes_selected_lowerings_and_skips_gpu_tests(pytester):
     pytester.makepyfile(test_other_repo=TEST_FILE)
-    res = runpytest(pytester, "--parity-lowering", "sdpa", "--parity-lowering", "decode_rows",
+    res = runpytest(pytester, "--parity-lowering", "sdpa", "--parity-lowering", "decode_rows", *SMALL,
                     "--parity-profile", "ci", "--parity-device", "cpu", "-rs", "-p", "no:cacheprovider")
     assert_outcomes(res, passed=2, skipped=1)
     res.stdout.fnmatch_lines(["*SKIPPED*needs a CUDA GPU; torch sees none on this machine*"])
@@ -57,7 +60,7 @@ def test_plugin_fails_a_lowering_whose_hook_fails_before_its_cases(pytester):
                       "class P(Sdpa):\n    name = 'bad_hook'\n\n    def dispatch_boundaries(self):\n"
                       "        raise KeyError('threshold')\n\n\nregister(P())\n")
     pytester.makepyfile(test_other_repo=TEST_FILE + "\n\n@pytest.mark.gpu\ndef test_old_marker():\n    pass\n")
-    res = runpytest(pytester, "--plugin", str(plugin), "--lowering", "bad_hook", "--parity-lowering", "sdpa",
+    res = runpytest(pytester, "--plugin", str(plugin), "--lowering", "bad_hook", "--parity-lowering", "sdpa", *SMALL,
                     "--parity-profile", "ci", "--parity-device", "cpu", "-k", "test_parity or test_old_marker",
                     "-p", "no:cacheprovider")
     assert_outcomes(res, failed=1, passed=1, skipped=1, warnings=3)
@@ -76,7 +79,7 @@ def test_parity(parity_lowering, parity_check):
     assert set(rep.drawn["head_dim"]) == {"64"}, rep.drawn
 ''')
     res = runpytest(pytester, "--parity-lowering", "sdpa", "--parity-profile", "ci", "--parity-device", "cpu",
-                    "--parity-limit", "head_dims=64", "-p", "no:cacheprovider")
+                    "--parity-limit", "head_dims=64", *SMALL, "-p", "no:cacheprovider")
     assert_outcomes(res, passed=1)
     broken = pytester.path / "broken.py"
     broken.write_text("def oops(:\n")
