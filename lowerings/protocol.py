@@ -203,6 +203,8 @@ def _accuracy_problem(acc: object) -> str | None:
     if isinstance(acc, tuple) and acc and all(isinstance(k, str) and k for k in acc):
         return None
     return f"'accuracy' must be None, a kernel key (a non-empty string) or a tuple of them, got {acc!r}"
+
+
 REQUIRED_METHODS = ("available", "supports", "expected_calls", "run")
 
 
