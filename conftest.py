@@ -27,3 +27,12 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+    # This suite's own hypothesis tests run under the project's profile (derandomized in CI), whichever tests
+    # are selected; the plugin loads one only for a session that uses it.
+    from hypothesis import settings
+
+    from strategies import profile_settings
+
+    name = config.getoption("parity_profile", default=None) or ("ci" if os.environ.get("CI") else "dev")
+    settings.register_profile(f"dflash-{name}", profile_settings(name))
+    settings.load_profile(f"dflash-{name}")

@@ -1,14 +1,14 @@
 """An example plugin: a user's own lowering, registered from a file (`--plugin examples/plugin_window_off_by_one.py`).
 
 It copies the windowed merge but anchors part A's window one key too wide (`window_left = W` instead
-of `W - 1`: BUGS.md row 4), so `dflash-parity check --plugin ... --lowering my_windowed_merge` exits 1
+of `W - 1`: docs/bugs.md row 4), so `dflash-parity check --plugin ... --lowering my_windowed_merge` exits 1
 with a shrunk failure file.
 """
 
 from lowerings import BASE_2, LoweringResult, register
-from lowerings import _paged, counters
+from lowerings import counters, paged
 from lowerings.merges import merge_eager, merges_future_block_keys
-from lowerings.torch_emulation import WindowedMerge, _ensure_block_in_pool
+from lowerings.torch_emulation import WindowedMerge, ensure_block_in_pool
 
 
 class WindowOffByOne(WindowedMerge):
@@ -20,11 +20,11 @@ class WindowOffByOne(WindowedMerge):
         c = inputs.case
         left, right = c.window
         B, K, Hq, D = inputs.q.shape
-        _ensure_block_in_pool(inputs)
+        ensure_block_in_pool(inputs)
         counters.record("torch.paged_decode", rows=B * K)
         table = inputs.page_table.repeat_interleave(K, dim=0)
         lens = [L + i + 1 for L in inputs.context_lens_host for i in range(K)]
-        o_a, lse_a = _paged.paged_attention(
+        o_a, lse_a = paged.paged_attention(
             inputs.q.reshape(B * K, 1, Hq, D), inputs.k_pool, inputs.v_pool, table, lens, layout=c.layout,
             page_size=c.page_size, scale=c.softmax_scale,
             window_left=left + 1 if left >= 0 else -1,  # the bug: W keys to the left instead of W - 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from lowerings import LoweringResult, register
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 
 
 class Wrapped:

@@ -1,4 +1,4 @@
-"""One Triton kernel: merge the later block keys into a causal windowed decode (SEMANTICS.md 4.3).
+"""One Triton kernel: merge the later block keys into a causal windowed decode (docs/semantics.md 4.3).
 
 A non-causal windowed layer (window ``(W-1, W-1)``) is lowered as
 
@@ -37,6 +37,8 @@ import math
 
 import torch
 
+from oracle.rules import LN2
+
 from ._triton_env import ensure_interpreter_on_cpu, kernel_is_interpreted
 
 ensure_interpreter_on_cpu()  # before the kernel below is decorated
@@ -44,12 +46,11 @@ ensure_interpreter_on_cpu()  # before the kernel below is decorated
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "LAUNCH_MERGE_FUTURE", "MAX_BLOCK"]
+__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "LAUNCH_MERGE_FUTURE", "MAX_BLOCK", "KERNELS"]
 
 LAUNCH_MERGE_FUTURE = "merge_future_block_keys"
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_BLOCK = 64  # largest K (block size) the kernel takes: all block keys sit in one [KB_PAD, D] tile
-_LN2 = math.log(2.0)
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -306,8 +307,8 @@ def merge_future_block_keys_triton(
     n_row_blocks = r_pad // block_r
     kb_pad = max(16, _next_pow2(K))
     ln_base = math.log(base)
-    a_to_log2 = ln_base / _LN2  # exactly 1.0 for base 2
-    log2_to_base = _LN2 / ln_base
+    a_to_log2 = ln_base / LN2  # exactly 1.0 for base 2
+    log2_to_base = LN2 / ln_base
     grid = (B * Hkv * n_row_blocks,)
     kernel[grid](
         q, k_block, v_block, o_a, lse_a, out, out_lse,
@@ -326,3 +327,6 @@ def merge_future_block_keys_triton(
     if launches is not None:
         launches.append(LAUNCH_MERGE_FUTURE)
     return out, out_lse
+
+
+KERNELS = (_merge_future_block_keys_kernel,)  # the handle lowerings.merges counts compilations of

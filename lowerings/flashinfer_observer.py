@@ -27,7 +27,7 @@ import sys
 from typing import Any, Callable
 
 from lowerings import counters
-from lowerings.flashinfer_paged import C_DECODE, C_DECODE_TC, C_MERGE_STATE, c_prefill
+from lowerings.flashinfer.names import C_DECODE, C_DECODE_TC, C_MERGE_STATE, c_prefill
 
 MARK = "_dflash_parity_observed"
 PREFILL_CLASS, DECODE_CLASS = "BatchPrefillWithPagedKVCacheWrapper", "BatchDecodeWithPagedKVCacheWrapper"

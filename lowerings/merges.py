@@ -1,4 +1,4 @@
-"""Merge of the later block keys into a causal decode (SEMANTICS.md 4.3), in the forms production uses.
+"""Merge of the later block keys into a causal decode (docs/semantics.md 4.3), in the forms production uses.
 
 Every form has one signature:
 
@@ -15,15 +15,13 @@ has `LSE_B = -inf`, weight 0, and leaves `O_A` bit for bit. Returns `out` in o_a
 
 from __future__ import annotations
 
-import math
 import types
 from typing import Callable
 
 import torch
 
 from lowerings import counters
-
-LN2 = math.log(2.0)
+from oracle.rules import LN2
 
 
 def merges_future_block_keys(block_size: int, right: int) -> bool:
@@ -147,7 +145,7 @@ def _no_silent_eager_fallback() -> None:
 
 def compiled_family(q: torch.Tensor, k_block: torch.Tensor, *, scale: float, right: int, lse_a_base: float) -> tuple:
     """What one deployed drafter fixes for its merge: device, dtype, K, Hq, Hkv, D, window, LSE base, scale.
-    Only the batch varies within it (SEMANTICS.md 4.3; seed 000: automatic dynamic shapes)."""
+    Only the batch varies within it (docs/semantics.md 4.3; seed 000: automatic dynamic shapes)."""
     B, K, Hq, D = q.shape
     return (q.device.type, str(q.dtype).replace("torch.", ""), K, Hq, k_block.shape[2], D, right, lse_a_base,
             float(scale))
@@ -188,7 +186,7 @@ def merge_triton(q, k_block, v_block, o_a, lse_a, *, scale: float, right: int, l
     from lowerings import _merge_kernel as mk
 
     launches: list[str] = []
-    with counters.count_triton_compiles("triton.merge_future_block_keys", mk._merge_future_block_keys_kernel):
+    with counters.count_triton_compiles("triton.merge_future_block_keys", *mk.KERNELS):
         out = mk.merge_future_block_keys_triton(q, k_block, v_block, o_a, lse_a, scale=scale, right=right,
                                                 lse_a_base=lse_a_base, launches=launches)
     for name in launches:

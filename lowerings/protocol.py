@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from oracle.rules import LN2
 from oracle.case import Case
 from oracle.inputs import Inputs
 
-LN2 = math.log(2.0)
 BASE_E = math.e
 BASE_2 = 2.0
 
@@ -54,7 +54,8 @@ class Lowering(Protocol):
     """A lowering adapter.
 
     - `name`: stable, as users type it (`decode_rows`, `windowed_merge[eager]`, ...).
-    - `devices`: device types it runs on (`("cpu", "cuda")`).
+    - `devices`: device types it runs on (`("cpu", "cuda")`). Enforced before `available()` is asked:
+      on a device not listed the lowering is unavailable (`device_refusal`), whatever `available()` says.
     - `lse_base`: base of the LSE `run` returns: `math.e` (torch, flash-attn) or `2.0` (flashinfer,
       trtllm-gen). Declared, never guessed.
     - `deterministic`: whether the same inputs must give the same bits (checked by running twice).
@@ -67,34 +68,8 @@ class Lowering(Protocol):
       other call, or a different count, is a silent fallback.
     - `run(inputs)`: the production call sequence.
 
-    Optional (read with `getattr`, so lowerings written before it stay valid):
-
-    - `case_limits(device) -> strategies.Limits | None`: bounds on what is drawn for it on `device`; a
-      field left None takes the device's default (`strategies.limits_for`), the production dimension
-      (contexts to 128K, model rows) included.
-    - `dispatch_boundaries() -> {field: (t, ...)}` (`batch_size`, `context_len` or `keys`): where its
-      dispatch switches between `t` and `t + 1`; both sides are drawn before any random case of every
-      check (`strategies._boundaries`).
-
-    - `writes_given_output` (default False): the lowering writes its result into `inputs.out` and
-      `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
-      poisoned, guarded buffers and checks that the returned tensors are those buffers, that every
-      element was written, and that nothing was written past either end.
-    - `accuracy` (default None): the accuracy class the lowering claims, as kernel keys (a string or a
-      tuple of strings, e.g. `"BatchPrefillWithPagedKVCacheKernel"`): the `[kernel."<key>".<dtype>]`
-      entries of `tolerances.toml` apply to its cases as if that kernel had run. Kernels it runs apply
-      without it (`lowerings.counters.kernel_keys`); the claim is for kernels the framework cannot see.
-      Every verdict names the entry that set its bounds and why ("claimed by the lowering's accuracy
-      attribute").
-    - `prepare(inputs) -> Callable[[], LoweringResult]` (used by `dflash-parity bench`): does every
-      host-side step of `run(inputs)` once (planning, index building, output allocation) and returns a
-      zero-argument function that launches only the device work, on the same tensors and buffers every
-      call, without host synchronization, so that it can be captured in a CUDA graph and replayed; each
-      call returns what `run(inputs)` would (the same buffers every time). A later `prepare` may re-plan
-      into the buffers of an earlier one of the same shapes (flashinfer's graph mode does): bench sees
-      it (one output buffer, or the first function wrong once the others are prepared) and times one
-      input set, the L2 flushed before each replay, instead of one graph per rotating set. Without
-      `prepare`, bench times `run` eagerly.
+    Optional attributes and methods: `OptionalHooks` below (read them with `optional_hook` /
+    `optional_attribute`).
     """
 
     name: str
@@ -112,18 +87,111 @@ class Lowering(Protocol):
     def run(self, inputs: Inputs) -> LoweringResult: ...
 
 
+class OptionalHooks(Protocol):
+    """Every optional attribute the framework reads from a lowering, and who reads it. None is required:
+    a lowering without one gets the default (`OPTIONAL_ATTRIBUTES`) or the framework's own rule. Read
+    them with `optional_hook(lowering, name)` / `optional_attribute(lowering, name)`, never a bare
+    `getattr`: the name is checked against this list. Hooks the framework calls are bounded by the hook
+    watchdog (`parity.hooks.call` / `call_optional`): one that raises, exits or hangs fails the lowering.
+
+    - `case_limits(device) -> strategies.Limits | None` (`strategies.limits_for`, `parity.warmup`): bounds
+      on what is drawn for it on `device`; a field left None takes the device's default, the production
+      dimension (contexts to 128K, model rows) included.
+    - `dispatch_boundaries() -> {field: (t, ...)}` (`batch_size`, `context_len` or `keys`;
+      `strategies._boundaries`): where its dispatch switches between `t` and `t + 1`; both sides are drawn
+      before any random case of every check.
+    - `compile_family(case) -> tuple` (`parity.runner.compile_family`): the shape family `max_compiles`
+      counts per; default: every shape field except the batch size, the lengths, the pages and the seed.
+    - `kernel_families(case) -> {call: kernel-name substring}`: the CUDA kernels each counted call must
+      launch (checked under torch.profiler on CUDA, one case in `--kernel-names-every`), and kernel keys
+      for `tolerances.toml`'s `[kernel."<key>".<dtype>]` entries. Without it, kernel names go unchecked.
+    - `forbidden_kernel_families(case) -> {what: kernel-name substring}`: kernels that must not appear
+      (fa3 silently replaced by fa2, ...).
+    - `jit_modules(case) -> tuple[str, ...]` (`parity.warmup`): the JIT-compiled modules `run` loads for
+      `case`, one readable key each; warm-up loads each once before the first case.
+    - `writes_given_output` (default False): the lowering writes its result into `inputs.out` and
+      `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
+      poisoned, guarded buffers and checks that the returned tensors are those buffers, that every
+      element was written, and that nothing was written past either end.
+    - `accuracy` (default None): the accuracy class the lowering claims, as kernel keys (a string or a
+      tuple of strings, e.g. `"BatchPrefillWithPagedKVCacheKernel"`): the `[kernel."<key>".<dtype>]`
+      entries of `tolerances.toml` apply to its cases as if that kernel had run. Kernels it runs apply
+      without it (`lowerings.counters.kernel_keys`); the claim is for kernels the framework cannot see.
+      Every verdict names the entry that set its bounds and why ("claimed by the lowering's accuracy
+      attribute").
+    - `prepare(inputs) -> Callable[[], LoweringResult]` (`dflash-parity bench`): does every host-side
+      step of `run(inputs)` once (planning, index building, output allocation) and returns a
+      zero-argument function that launches only the device work, on the same tensors and buffers every
+      call, without host synchronization, so that it can be captured in a CUDA graph and replayed; each
+      call returns what `run(inputs)` would (the same buffers every time). A later `prepare` may re-plan
+      into the buffers of an earlier one of the same shapes (flashinfer's graph mode does): bench sees
+      it (one output buffer, or the first function wrong once the others are prepared) and times one
+      input set, the L2 flushed before each replay, instead of one graph per rotating set. Without
+      `prepare`, bench times `run` eagerly.
+    - `graph_safe` (default False): whether `prepare` is supported (the flashinfer adapters say so; no
+      check reads it: `prepare` raising NotImplementedError is what bench acts on).
+    - `threshold` (default None; `dflash-parity bench`'s decode-rows table): a dispatching lowering's
+      batch threshold (rows when `B <= threshold`); bench forces the rows form on a copy by raising it.
+    """
+
+    writes_given_output: bool
+    accuracy: str | tuple[str, ...] | None
+    graph_safe: bool
+    threshold: int | None
+
+    def case_limits(self, device: str) -> Any: ...
+
+    def dispatch_boundaries(self) -> dict[str, tuple[int, ...]]: ...
+
+    def compile_family(self, case: Case) -> tuple: ...
+
+    def kernel_families(self, case: Case) -> dict[str, str]: ...
+
+    def forbidden_kernel_families(self, case: Case) -> dict[str, str]: ...
+
+    def jit_modules(self, case: Case) -> tuple[str, ...]: ...
+
+    def prepare(self, inputs: Inputs) -> Callable[[], LoweringResult]: ...
+
+
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
-OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None}
+OPTIONAL_METHODS = ("case_limits", "dispatch_boundaries", "compile_family", "kernel_families",
+                    "forbidden_kernel_families", "jit_modules", "prepare")
+OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None, "graph_safe": False, "threshold": None}
+
+
+def optional_hook(lowering: object, name: str) -> Callable[..., Any] | None:
+    """The lowering's optional method `name` (one of `OPTIONAL_METHODS`), or None when it has none."""
+    if name not in OPTIONAL_METHODS:
+        raise KeyError(f"{name!r} is not an optional hook of lowerings.protocol.OptionalHooks: {OPTIONAL_METHODS}")
+    fn = getattr(lowering, name, None)
+    return fn if callable(fn) else None
+
+
+def optional_attribute(lowering: object, name: str) -> Any:
+    """The lowering's optional attribute `name` (a key of `OPTIONAL_ATTRIBUTES`), or its default."""
+    if name not in OPTIONAL_ATTRIBUTES:
+        raise KeyError(f"{name!r} is not an optional attribute of lowerings.protocol.OptionalHooks: "
+                       f"{tuple(OPTIONAL_ATTRIBUTES)}")
+    return getattr(lowering, name, OPTIONAL_ATTRIBUTES[name])
+
+
+def device_refusal(lowering: Lowering, device: str) -> str | None:
+    """Why `lowering` is not run on `device` by its own declaration (`devices`), before `available()` is
+    asked; None when `device` is one of its `devices`."""
+    if device in lowering.devices:
+        return None
+    return f"{lowering.name} runs on {' and '.join(lowering.devices)} only, not {device}"
 
 
 def writes_given_output(lowering: object) -> bool:
     """Whether `lowering` declares that it writes into the `out`/`lse_out` buffers it is given."""
-    return bool(getattr(lowering, "writes_given_output", False))
+    return bool(optional_attribute(lowering, "writes_given_output"))
 
 
 def accuracy_claims(lowering: object) -> tuple[str, ...]:
     """The kernel keys a lowering's `accuracy` attribute claims (empty when it has none)."""
-    acc = getattr(lowering, "accuracy", None)
+    acc = optional_attribute(lowering, "accuracy")
     if acc is None:
         return ()
     return (acc,) if isinstance(acc, str) else tuple(acc)
@@ -135,6 +203,8 @@ def _accuracy_problem(acc: object) -> str | None:
     if isinstance(acc, tuple) and acc and all(isinstance(k, str) and k for k in acc):
         return None
     return f"'accuracy' must be None, a kernel key (a non-empty string) or a tuple of them, got {acc!r}"
+
+
 REQUIRED_METHODS = ("available", "supports", "expected_calls", "run")
 
 
@@ -150,10 +220,10 @@ def protocol_violations(obj: object) -> list[str]:
             problems.append(f"'lse_base' must be math.e or 2.0, got {obj.lse_base!r}")
         if not isinstance(obj.devices, tuple) or not all(d in ("cpu", "cuda") for d in obj.devices):
             problems.append(f"'devices' must be a tuple of 'cpu'/'cuda', got {obj.devices!r}")
-        wgo = getattr(obj, "writes_given_output", False)
+        wgo = optional_attribute(obj, "writes_given_output")
         if not isinstance(wgo, bool):
             problems.append(f"'writes_given_output' must be True or False, got {wgo!r}")
-        acc = _accuracy_problem(getattr(obj, "accuracy", None))
+        acc = _accuracy_problem(optional_attribute(obj, "accuracy"))
         if acc:
             problems.append(acc)
     return problems

@@ -1,10 +1,13 @@
-"""The registry of lowerings: built-ins register on import; a user's plugin file calls `register`."""
+"""The registry of lowerings: the built-ins (`lowerings.builtins`) are registered on first use; a user's plugin
+file calls `register`."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from lowerings.protocol import Lowering, protocol_violations
 from oracle.errors import InvalidInput
@@ -26,6 +29,30 @@ def register(lowering: Lowering, *, replace: bool = False) -> Lowering:
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+
+
+def register_new(lowerings: Iterable[Lowering]) -> list[str]:
+    """Register each of `lowerings` whose name is not registered yet (the others are kept); returns the
+    names this call added."""
+    _load_builtins()
+    added = []
+    for lowering in lowerings:
+        if lowering.name not in _REGISTRY:
+            register(lowering)
+            added.append(lowering.name)
+    return added
+
+
+@contextlib.contextmanager
+def restored() -> Iterator[None]:
+    """The registry as it was before the block (lowerings registered or removed inside it are undone)."""
+    _load_builtins()
+    saved = dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
 
 
 def get(name: str) -> Lowering:
@@ -77,4 +104,7 @@ def _load_builtins() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    from lowerings import builtins  # noqa: F401  (registers on import)
+    from lowerings.builtins import builtin_lowerings
+
+    for lowering in builtin_lowerings():
+        register(lowering)

@@ -1,4 +1,4 @@
-"""The production decompositions of SEMANTICS.md section 4, in torch, on any device.
+"""The production decompositions of docs/semantics.md section 4, in torch, on any device.
 
 - `sdpa`: torch SDPA in the working dtype over each request's gathered pages: the yardstick.
 - `context`: one batched non-causal paged-prefill call, K queries per request over `L+K` keys.
@@ -11,19 +11,18 @@ These are not the oracle renamed: they read through their own paging code, in th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from lowerings import _paged, counters
+from lowerings import counters, paged
 from lowerings.merges import MERGE_FORMS, merge_eager, merges_future_block_keys
 from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
+from oracle.rules import DECODE_ROWS_MAX_BATCH, context_window_reason, decode_rows_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
 
-DECODE_ROWS_MAX_BATCH = 32  # the dispatch threshold of seed 002
 SDPA_GROUPED_ELEMENTS = 1 << 26  # past this many K elements (Hq x T x D), sdpa runs one KV head's group at a time
 CPU_PRODUCTION_CONTEXT = 8192  # the torch lowerings' longest drawn context on a CPU (strategies._production)
 
@@ -57,11 +56,11 @@ class TorchLoweringBase:
         return f"<lowering {self.name}>"
 
 
-def _ensure_block_in_pool(inputs: Inputs) -> None:
+def ensure_block_in_pool(inputs: Inputs) -> None:
     """The production append step (`append_paged_kv_cache`) when the block is not in the pool yet."""
     c = inputs.case
     if c.block_storage == "dense":
-        _paged.append_paged_kv(inputs.k_pool, inputs.v_pool, inputs.page_table, list(inputs.context_lens_host),
+        paged.append_paged_kv(inputs.k_pool, inputs.v_pool, inputs.page_table, list(inputs.context_lens_host),
                                inputs.k_block, inputs.v_block, layout=c.layout, page_size=c.page_size,
                                k_scale=c.k_scale, v_scale=c.v_scale)
 
@@ -87,8 +86,8 @@ class Sdpa(TorchLoweringBase):
         for b, L in enumerate(inputs.context_lens_host):
             t = torch.arange(L, device=inputs.device)
             pid = inputs.page_table[b].to(torch.long)[t // ps]
-            k_ctx = _paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
-            v_ctx = _paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
+            k_ctx = paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
+            v_ctx = paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
             k = torch.cat([k_ctx, inputs.k_block[b]]).transpose(0, 1)  # [Hkv, T, D]
             v = torch.cat([v_ctx, inputs.v_block[b]]).transpose(0, 1)
             q = inputs.q[b].transpose(0, 1)  # [Hq, K, D]
@@ -127,21 +126,17 @@ class Context(TorchLoweringBase):
     lse_base = BASE_2
 
     def supports(self, case: Case) -> str | None:
-        left, right = case.window
-        if right != -1 and case.block_size - 1 > right:
-            return (f"context FMHA expresses only an end-aligned left window; exact iff K-1 <= right, "
-                    f"got K={case.block_size}, window={case.window}")
-        return None
+        return context_window_reason(case)
 
     def expected_calls(self, case: Case) -> dict[str, int]:
         return {**_append_calls(case), "torch.paged_prefill": 1}
 
     def run(self, inputs: Inputs) -> LoweringResult:
         c = inputs.case
-        _ensure_block_in_pool(inputs)
+        ensure_block_in_pool(inputs)
         counters.record("torch.paged_prefill", rows=c.batch_size * c.block_size)
         kv_lens = [L + c.block_size for L in inputs.context_lens_host]
-        out, lse2 = _paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
+        out, lse2 = paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
                                            layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
                                            window_left=c.window[0], causal=False, k_scale=c.k_scale, v_scale=c.v_scale)
         return LoweringResult(out=out, lse=lse2)
@@ -150,7 +145,7 @@ class Context(TorchLoweringBase):
 def decode_rows_attention(inputs: Inputs, *, threshold: int = DECODE_ROWS_MAX_BATCH):
     """Seed 002's dispatch: `B*K` decode rows when `B <= threshold`, else the context form."""
     c = inputs.case
-    _ensure_block_in_pool(inputs)
+    ensure_block_in_pool(inputs)
     B, K, Hq, D = inputs.q.shape
     kv_lens = [L + K for L in inputs.context_lens_host]
     if B <= threshold:
@@ -159,12 +154,12 @@ def decode_rows_attention(inputs: Inputs, *, threshold: int = DECODE_ROWS_MAX_BA
         q_rows = inputs.q.reshape(rows, 1, Hq, D)
         table = inputs.page_table.repeat_interleave(K, dim=0)
         lens = [n for n in kv_lens for _ in range(K)]
-        out, lse2 = _paged.paged_attention(q_rows, inputs.k_pool, inputs.v_pool, table, lens, layout=c.layout,
+        out, lse2 = paged.paged_attention(q_rows, inputs.k_pool, inputs.v_pool, table, lens, layout=c.layout,
                                            page_size=c.page_size, scale=c.softmax_scale,
                                            k_scale=c.k_scale, v_scale=c.v_scale)
         return out.view(B, K, Hq, D), lse2.view(B, K, Hq)
     counters.record("torch.paged_prefill", rows=B * K)
-    return _paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
+    return paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
                                   layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
                                   k_scale=c.k_scale, v_scale=c.v_scale)
 
@@ -177,9 +172,7 @@ class DecodeRows(TorchLoweringBase):
     threshold = DECODE_ROWS_MAX_BATCH
 
     def supports(self, case: Case) -> str | None:
-        if case.window != (-1, -1):
-            return f"decode rows all end at L+K: exact for non-causal unwindowed layers only, got window={case.window}"
-        return None
+        return decode_rows_window_reason(case)
 
     def dispatch_boundaries(self) -> dict[str, tuple[int, ...]]:
         """Decode rows up to B = threshold, the context form from threshold + 1: both drawn first."""
@@ -199,11 +192,11 @@ def causal_decode_part_a(inputs: Inputs):
     its own position). Returns `out [B, K, Hq, D]` and base-2 `lse [B, K, Hq]`."""
     c = inputs.case
     B, K, Hq, D = inputs.q.shape
-    _ensure_block_in_pool(inputs)
+    ensure_block_in_pool(inputs)
     counters.record("torch.paged_decode", rows=B * K)
     table = inputs.page_table.repeat_interleave(K, dim=0)
     lens = [L + i + 1 for L in inputs.context_lens_host for i in range(K)]
-    out, lse2 = _paged.paged_attention(inputs.q.reshape(B * K, 1, Hq, D), inputs.k_pool, inputs.v_pool, table, lens,
+    out, lse2 = paged.paged_attention(inputs.q.reshape(B * K, 1, Hq, D), inputs.k_pool, inputs.v_pool, table, lens,
                                        layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
                                        window_left=c.window[0], k_scale=c.k_scale, v_scale=c.v_scale)
     return out.view(B, K, Hq, D), lse2.view(B, K, Hq)

@@ -1,5 +1,5 @@
 """`hybrid_paged`: one Triton kernel family reading the context from the paged pool and folding the
-block's dense K/V suffix into the same softmax (seed 003, SEMANTICS.md 4.4).
+block's dense K/V suffix into the same softmax (seed 003, docs/semantics.md 4.4).
 
 Non-causal, unwindowed, NHD pool, power-of-two head dim and page size, bf16/fp16 or fp8 (e4m3) KV.
 Small batches split the context across programs (partials + a merge kernel; the split count is a
@@ -149,8 +149,7 @@ class HybridPaged:
         from lowerings import _hybrid_kernel as hk
         c = inputs.case
         launches: list[str] = []
-        with counters.count_triton_compiles("triton.hybrid_paged", hk._hybrid_single_kernel, hk._hybrid_split_kernel,
-                                            hk._hybrid_merge_splits_kernel):
+        with counters.count_triton_compiles("triton.hybrid_paged", *hk.KERNELS):
             out, lse = hk.hybrid_paged_attention(
                 inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
                 inputs.k_block, inputs.v_block, scale=c.softmax_scale, k_scale=c.k_scale, v_scale=c.v_scale,

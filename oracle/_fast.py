@@ -90,7 +90,7 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     m = torch.empty((n_splits, programs, r_tot), dtype=torch.float32, device=dev)
     ls = torch.empty((n_splits, programs, r_tot), dtype=torch.float32, device=dev)
     grid = (programs, n_rb, n_splits)
-    fk._oracle_kernel[grid](
+    fk.ORACLE_KERNEL[grid](
         q, kp, vp, kb, vb, pt, lens, acc, m, ls,
         q.stride(0), q.stride(1), q.stride(2),
         *kps, *vps,

@@ -1,6 +1,6 @@
 """The oracle's fast engine: one Triton kernel, fp32-exact, for production-scale cases on a GPU.
 
-Same semantics as `reference.attention`'s torch engine (SEMANTICS.md 2-3), same precision class: every
+Same semantics as `reference.attention`'s torch engine (docs/semantics.md 2-3), same precision class: every
 product is exact and every sum is an fp32 sum. The tensor cores are used without losing that:
 
 - `q . k`: q and k are bf16 or fp16 (fp8 keys are converted to q's dtype, exactly: e4m3 values are
@@ -171,3 +171,6 @@ def _oracle_kernel(
     tl.store(LS + base, l_i)
     tl.store(ACC + base[:, None] * D_PAD + d[None, :], acc)
 
+
+
+ORACLE_KERNEL = _oracle_kernel  # the handle oracle/_fast.py launches (the kernel keeps its name: the profiler lists it)

@@ -2,7 +2,7 @@
 
 A `Case` is a spec, not tensors: `oracle.inputs.materialize(case, device)` builds the tensors from it
 deterministically (the `seed` field drives every random value), so a case file alone reproduces a
-failure. Meaning of every field: SEMANTICS.md section 1.
+failure. Meaning of every field: docs/semantics.md section 1.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ BLOCK_STORAGES = ("appended", "dense")
 PAGE_TABLE_DTYPES = ("int32", "int64")
 # Value regimes (oracle/values.py), plain first: strategies shrink towards it.
 VALUE_REGIMES = ("plain", "large", "huge", "sink", "ties", "tiny", "outliers")
-# Window kinds of SEMANTICS.md section 2, by (left, right).
+# Window kinds of docs/semantics.md section 2, by (left, right).
 UNBOUNDED = -1
 
 
@@ -37,7 +37,7 @@ def pages_needed(context_len: int, block_size: int, page_size: int) -> int:
 
 
 def window_for(kind: str, width: int | None = None) -> tuple[int, int]:
-    """The `(left, right)` window of a layer kind (SEMANTICS.md section 2): `noncausal`, `noncausal_swa`,
+    """The `(left, right)` window of a layer kind (docs/semantics.md section 2): `noncausal`, `noncausal_swa`,
     `causal`, `causal_swa`; the sliding kinds take the window width `W >= 1`."""
     if kind == "noncausal":
         return (UNBOUNDED, UNBOUNDED)
@@ -52,11 +52,34 @@ def window_for(kind: str, width: int | None = None) -> tuple[int, int]:
     raise InvalidInput("kind", f"one of noncausal, noncausal_swa, causal, causal_swa; got {kind!r}")
 
 
+class BatchShape:
+    """Shape figures derived from `context_lens`, `block_size`, `num_q_heads` and `num_kv_heads`: shared by
+    `Case` and the page-less `parity.footprint.CaseShape` that sizes a draw before it is built."""
+
+    context_lens: tuple[int, ...]
+    block_size: int
+    num_q_heads: int
+    num_kv_heads: int
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def group_size(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def max_keys(self) -> int:
+        """Longest key set in the batch, `max_b (L_b + K)`."""
+        return max(self.context_lens) + self.block_size
+
+
 @dataclass(frozen=True)
-class Case:
+class Case(BatchShape):
     """One batch of drafter block-attention problems.
 
-    Shapes follow SEMANTICS.md: `B = len(context_lens)` requests, block size `K`, `Hq` query heads,
+    Shapes follow docs/semantics.md: `B = len(context_lens)` requests, block size `K`, `Hq` query heads,
     `Hkv` KV heads (`Hq % Hkv == 0`), head dim `D`. `pages[b]` lists, in position order, the pool pages
     request `b` owns (enough for `L_b + K` tokens: the block may be appended); every other page of the
     `num_pages` pool is a spare page no request owns. `window = (left, right)` in inclusive key counts,
@@ -92,15 +115,7 @@ class Case:
     value_keys: tuple[int, ...] = ()
     version: int = CASE_FORMAT_VERSION
 
-    # ---- derived -------------------------------------------------------------------------------------
-    @property
-    def batch_size(self) -> int:
-        return len(self.context_lens)
-
-    @property
-    def group_size(self) -> int:
-        return self.num_q_heads // self.num_kv_heads
-
+    # ---- derived (and BatchShape's batch_size, group_size, max_keys) ----------------------------------
     @property
     def softmax_scale(self) -> float:
         return self.head_dim ** -0.5 if self.scale is None else float(self.scale)
@@ -110,17 +125,12 @@ class Case:
         return max((len(p) for p in self.pages), default=0)
 
     @property
-    def max_keys(self) -> int:
-        """Longest key set in the batch, `max_b (L_b + K)`."""
-        return max(self.context_lens) + self.block_size
-
-    @property
     def is_causal(self) -> bool:
         return self.window[1] == 0
 
     @property
     def merges_future_block_keys(self) -> bool:
-        """Whether any block key follows a query it is visible to (SEMANTICS.md 4.3): false for `K == 1`
+        """Whether any block key follows a query it is visible to (docs/semantics.md 4.3): false for `K == 1`
         or `right == 0`, where the causal decode alone is exact."""
         return self.block_size > 1 and self.window[1] != 0
 

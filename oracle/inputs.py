@@ -110,7 +110,7 @@ def canary_value(kind: str, dtype: torch.dtype) -> float:
 
 
 def slot_index(case: Case, b: int, t: int) -> tuple[int, int]:
-    """`(page, slot)` of position `t` of request `b` (SEMANTICS.md section 1)."""
+    """`(page, slot)` of position `t` of request `b` (docs/semantics.md section 1)."""
     return case.pages[b][t // case.page_size], t % case.page_size
 
 

@@ -1,6 +1,6 @@
 """The golden oracle: drafter block attention in fp32 (or fp64) over the gathered keys.
 
-SEMANTICS.md sections 2-3, literally: query `i` of request `b` sits at `p = L_b + i`; it sees key `t`
+docs/semantics.md sections 2-3, literally: query `i` of request `b` sits at `p = L_b + i`; it sees key `t`
 iff `0 <= t < L_b + K`, `t >= p - left` (unless `left == -1`) and `t <= p + right` (unless
 `right == -1`), intersected with an optional caller's key subset. `O = softmax(scale * q.k) @ v` and
 `LSE = ln sum exp(scale * q.k)` (natural log). A row with no visible key gives `O = 0`, `LSE = -inf`.
@@ -34,14 +34,14 @@ class OracleResult:
 
 
 def visible(case: Case, window: tuple[int, int] | None = None, *, device: str | torch.device = "cpu") -> torch.Tensor:
-    """Boolean `[B, K, T]` visibility of SEMANTICS.md section 2 (`T = max_b L_b + K`, absolute positions)."""
+    """Boolean `[B, K, T]` visibility of docs/semantics.md section 2 (`T = max_b L_b + K`, absolute positions)."""
     return _visible_chunk(case, window or case.window, 0, case.max_keys,
                           torch.tensor(case.context_lens, device=device))
 
 
 def future_block_keys_mask(case: Case, right: int | None = None) -> torch.Tensor:
     """Boolean `[B, K, 1, T]`: for query `i`, the later block keys `j` with `i < j <= min(K-1, i+right)`
-    (part B of the windowed merge, SEMANTICS.md 4.3); `right` defaults to the case's, -1 unbounded."""
+    (part B of the windowed merge, docs/semantics.md 4.3); `right` defaults to the case's, -1 unbounded."""
     right = case.window[1] if right is None else right
     B, K, T = case.batch_size, case.block_size, case.max_keys
     mask = torch.zeros((B, K, 1, T), dtype=torch.bool)

@@ -28,36 +28,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _int_at_least(name: str, minimum: int, expected: str):
-    """An argparse type: an integer >= `minimum`, else "NAME must be EXPECTED, got 'TEXT'"."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or v < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be {expected}, got {text!r}")
-        return v
-    return parse
-
-
 def _positive_int(name: str):
-    return _int_at_least(name, 1, "a positive integer")
-
-
-_nonneg_int = _int_at_least("--seed", 0, "an integer >= 0")
+    from parity.options import argparse_type, positive_int
+    return argparse_type(positive_int, name)
 
 
 def _positive_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number of seconds, got {text!r}") from None
-        if not v > 0 or v == float("inf"):
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number of seconds, got {text!r}")
-        return v
-    return parse
+    from parity.options import argparse_type, positive_seconds
+    return argparse_type(positive_seconds, name)
 
 
 def _margin_growth(text: str) -> float:
@@ -72,8 +50,8 @@ def _margin_growth(text: str) -> float:
 
 
 def default_device() -> str:
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from parity.session import default_device as device
+    return device()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,59 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
                 "against an fp32 oracle.")
     sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
 
+    from parity.options import add_to_argparse
+
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
-                        help="a Python file that registers lowerings (repeatable)")
-        sp.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available, else cpu")
-        sp.add_argument("--tolerances", default=None, metavar="TOML", help="tolerance policy (default: the packaged tolerances.toml)")
-        sp.add_argument("--hook-timeout", type=_positive_float("--hook-timeout"), default=None, metavar="SECONDS",
-                        help="seconds a lowering's available()/supports()/expected_calls() or a plugin's import may "
-                             "take before it fails that lowering (default: $DFLASH_PARITY_HOOK_TIMEOUT or 60)")
-        sp.add_argument("--allow-loose-bounds", action="store_true",
-                        help="accept bounds past the policy's sanity ceilings (parity.policy.CEILINGS; recorded "
-                             "in the report, refused by the gate unless it accepts loose-bounds)")
+        add_to_argparse(sp, common=True)  # --plugin, --device, --tolerances, --hook-timeout, --allow-loose-bounds
 
     sp = sub.add_parser("list", help="lowerings, where each runs, whether it can run here and why not")
     common(sp)
 
     sp = sub.add_parser("check", help="draw cases for each lowering, judge them, shrink failures, write reports")
     common(sp)
-    sp.add_argument("--lowering", action="append", default=[], metavar="NAME", help="lowering to check (repeatable; default: all)")
-    sp.add_argument("--max-examples", type=_positive_int("--max-examples"), default=None, help="cases per lowering (default: the profile's)")
-    sp.add_argument("--seed", type=_nonneg_int, default=None, help="hypothesis seed (default: derandomized profiles fix it)")
-    sp.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="hypothesis profile (default: ci)")
-    sp.add_argument("--report", default="parity-report", metavar="DIR", help="report directory (default: parity-report)")
-    sp.add_argument("--database", default=None, metavar="DIR", help="hypothesis example database (default: none)")
-    sp.add_argument("--no-hardening", action="store_true",
-                    help="skip the untouched-input, determinism, canary and output-buffer checks (timing runs only)")
-    sp.add_argument("--no-isolate", action="store_true",
-                    help="run the lowerings in this process (faster start, for debugging; a crash ends the run)")
-    sp.add_argument("--case-timeout", type=_positive_float("--case-timeout"), default=None, metavar="SECONDS",
-                    help="isolated runs: seconds a case may take before its worker is killed and the case "
-                         "fails as hung (default: 120)")
-    sp.add_argument("--kernel-names-every", type=_int_at_least("--kernel-names-every", 0, "an integer >= 0"),
-                    default=4, metavar="N",
-                    help="on CUDA, profile one case in N (by seed) and check its kernel names against the "
-                         "lowering's declaration (default 4; 0: never)")
-    sp.add_argument("--jobs", type=_positive_int("--jobs"), default=1, metavar="N",
-                    help="check up to N lowerings at once, each in its own process on the same device "
-                         "(default 1; each draws the cases a serial run draws)")
-    sp.add_argument("--warm-up", action="store_true",
-                    help="load each lowering's JIT kernel modules before its first case, timed apart from "
-                         "the cases (see parity.warmup)")
-    sp.add_argument("--limit", action="append", default=[], metavar="FIELD=V[,V...]",
-                    help="widen or narrow the drawn shapes of every lowering checked, over its own limits on the "
-                         "device: dtypes, kv_dtypes, head_dims, max_context, max_batch, ... (repeatable; e.g. "
-                         "--limit dtypes=bfloat16,float16 --limit head_dims=64,128; see strategies.Limits)")
-    sp.add_argument("--shards", action="append", default=[], metavar="NAME=S",
-                    help="with --jobs: check lowering NAME in S processes, each running every S-th of the "
-                         "cases a serial run draws (for compile-bound lowerings; repeatable; see parity.shards)")
-    sp.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # a --jobs child (parity.jobs)
-    sp.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # I/S: a --shards child (parity.shards)
-    sp.add_argument("--allow-nothing-judged", action="store_true",
-                    help="exit 0 even when no case was judged (every lowering unavailable here or every case "
-                         "unsupported); without it that exits 1")
-    sp.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_to_argparse(sp, common=False)  # parity.options: the options the pytest plugin has as --parity-...
+
+    sp = sub.add_parser("merge", help="one report from the reports of a run's shards (check --shard I/S)",
+                        description="Merge the reports of the S shards of one run (each written by "
+                                    "`dflash-parity check --shard I/S`) into one report, as a serial run would "
+                                    "have written it; `dflash-parity gate` reads the merged one. The shards must "
+                                    "have been checked with the same settings, policy, plugins and commit.")
+    sp.add_argument("reports", nargs="+", metavar="DIR", help="the shards' report directories (or parity.json files)")
+    sp.add_argument("--report", required=True, metavar="OUT", help="the merged report's directory")
+    sp.add_argument("--quiet", action="store_true", help="no table")
 
     sp = sub.add_parser("repro", help="replay one saved case file and print its verdict")
     common(sp)
@@ -200,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with hooks.timeout_set(getattr(args, "hook_timeout", None)):
             return {"list": cmd_list, "check": cmd_check, "repro": cmd_repro, "gate": cmd_gate,
-                    "bench": _cmd_bench}[args.verb](args)
+                    "bench": _cmd_bench, "merge": cmd_merge}[args.verb](args)
     except InvalidInput as err:
         print(f"dflash-parity: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -215,19 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _setup(args, probe: bool = False) -> tuple:
     """Load the plugins (first in a throwaway worker when `probe`: one that crashes, hangs or exits at
-    import is refused before this process imports it), the device and the policy. `args.plugin_of`:
-    lowering name -> the plugin file that registered it."""
+    import is refused before this process imports it), the device and the policy (list, repro, bench)."""
     import lowerings
     from parity import hooks
     from parity import policy as policy_mod
 
-    if probe and args.plugin:
+    if probe and args.plugins:
         from parity.isolation import probe_plugins
-        probe_plugins(args.plugin)
-    args.plugin_of = {}
-    for path in args.plugin:
-        for name in hooks.load_plugin(path):
-            args.plugin_of[name] = path
+        probe_plugins(args.plugins)
+    for path in args.plugins:
+        hooks.load_plugin(path)
     device = args.device or default_device()
     pol = policy_mod.load(args.tolerances, allow_loose_bounds=getattr(args, "allow_loose_bounds", False))
     pol.check_lowerings(lowerings.names())
@@ -252,7 +194,7 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _progress(quiet: bool, lines: bool = False, label: str | None = None):
+def progress_printer(quiet: bool, lines: bool = False, label: str | None = None):
     """Progress for one lowering's check: a line rewritten in place on a terminal, else (or with `lines`,
     as in a --jobs child sharing the terminal) a line every 5 s, and the first failure at once."""
     last = [0.0]
@@ -280,228 +222,61 @@ def _progress(quiet: bool, lines: bool = False, label: str | None = None):
     return show
 
 
-def _saved_failures(report_dir: Path, lowering: str, device: str):
-    """The lowering's saved failure files, then the case a previous run left in flight (its worker, or the
-    whole run, died on it). Each is checked as a case file a user gives is (`parity.intake`: its kind,
-    JSON types, nesting, sizes and memory): a bad one raises InvalidInput naming the file and the field.
-    A file saved for another lowering (whose name maps to the same file name) is not this one's."""
-    from parity.intake import check_case_fits, read_case_file
-    from parity.isolation import inflight_path
-    from parity.report import lowering_stem
-
-    stem = lowering_stem(lowering)
-    files = sorted((report_dir / "failures").glob(f"{stem}-*.json"))
-    inflight = inflight_path(report_dir / "inflight", lowering)
-    if inflight.exists() or inflight.is_symlink():
-        files.append(inflight)
-    out = []
-    for f in files:
-        case, wrapper = read_case_file(f)
-        if wrapper.get("lowering") != lowering or case in out:
-            continue
-        check_case_fits(case, device, str(f))
-        out.append(case)
-    return out
-
-
-def _report_written(what: str, report_dir: Path, write, *args, **kwargs):
-    """`write(*args, **kwargs)`; an OSError (a full disk, a directory made read-only under the run) becomes
-    one message naming the report directory (exit 2). `parity.json` is written last, so none is left."""
-    from oracle.errors import InvalidInput
-
-    try:
-        return write(*args, **kwargs)
-    except OSError as err:
-        raise InvalidInput(f"--report {report_dir}", f"could not write {what}: {err.strerror or err} "
-                                                     f"({err.filename or 'a report file'}); no parity.json was "
-                                                     f"written by this run") from None
-
-
 def cmd_check(args) -> int:
-    import contextlib
+    """A `CheckSession` (parity.session) over the config of the command line, then the table, the time split
+    and each failure on the terminal, and the gate when `--gate-baseline` is given."""
+    from parity import interrupt
+    from parity.options import config_from_args
+    from parity.session import CheckSession
+    from parity.shards import shard_label
 
-    from parity import interrupt, report_dir as report_dir_mod
-    from parity.report import PARTIAL_NAME
-
+    config = config_from_args(args)
+    t0 = time.perf_counter()
+    session = CheckSession(config, say=None if config.quiet else _say)
     # The report directory is proven writable and free of links out of it, and locked against another
-    # check, before anything else runs (a --jobs child runs under its parent's lock).
-    with contextlib.ExitStack() as held:
-        if not args.part:
-            d = report_dir_mod.prepare(args.report)
-            held.enter_context(report_dir_mod.locked(d))
-            (d / PARTIAL_NAME).unlink(missing_ok=True)
-        # A --jobs child always takes SIGINT (its parent's means "write your partial part"), even where the
-        # parent was started with SIGINT ignored; a top-level check leaves an ignored SIGINT ignored.
-        with interrupt.installed(force=args.part):
+    # check, before anything else runs.
+    with session.holding_report_dir():
+        with interrupt.installed():
             try:
-                return _check(args)
+                data = session.run(progress_for=lambda name, shard: progress_printer(config.quiet,
+                                                                                   label=shard_label(name, shard)))
             except SystemExit as exc:  # plugin code exiting the process: never a clean (or any) verdict
                 print(f"dflash-parity: error: plugin code raised SystemExit({exc.code!r}) outside any case; the run "
                       f"fails (no verdict written)", file=sys.stderr)
                 return EXIT_FAIL
+        code = _finish(config, data, Path(config.report), t0)
+        res = session.gate()
+    if res is not None:
+        print(res.markdown)
+        if not res.passed:
+            code = max(code, EXIT_FAIL)
+    return code
 
 
-def _check(args) -> int:
-    import lowerings
-    from oracle.errors import InvalidInput
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cmd_merge(args) -> int:
+    """One report from the shards' reports (parity.merge); the table; the exit code of its verdict."""
+    from parity import merge
     from parity import report as report_mod
-    from parity import hooks
-    from parity.runner import LoweringReport, RunOptions, check_lowering, hook_failure_report
-    from strategies import PROFILES, check_cases, profile_settings
 
-    device, pol = _setup(args, probe=not args.no_isolate and not args.part)
-    names = args.lowering or lowerings.names()
-    selected = [lowerings.get(n) for n in names]
-    settings = profile_settings(args.profile, max_examples=args.max_examples, seed=args.seed, database=args.database)
-    report_dir = Path(args.report)
-    if args.no_isolate and args.case_timeout is not None:
-        raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
-    if args.part and len(selected) != 1:
-        raise InvalidInput("--part", f"writes one lowering's part; got {len(selected)} lowerings")
-    from parity import shards as shards_mod
-
-    from strategies import limit_overrides
-
-    overrides = limit_overrides(args.limit)
-    shard_counts = shards_mod.parse_shards(args.shards, [lw.name for lw in selected])
-    if shard_counts and args.jobs < 2:
-        raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
-    shard = shards_mod.parse_shard(args.shard) if args.shard is not None else None
-    if shard is not None and not args.part:
-        raise InvalidInput("--shard", "is for a --jobs child (with --part); use --shards NAME=S")
-    # Saved failures and cases in flight are read (and refused if bad) before the first case runs (under
-    # --jobs, by the parent too: before any child starts).
-    replays = {lw.name: _saved_failures(report_dir, lw.name, device)
-               if shard is None or shard[0] == 0 else [] for lw in selected}
-    t0 = time.perf_counter()
-    from parity import provenance, rundir
-
-    header = None
-    if not args.part:  # the run's own report (a --jobs child writes a part; its parent marks the directory)
-        run_id, started = provenance.new_run_id(), provenance.now()
-        header = provenance.run_header(
-            run_id=run_id, started=started, device=device, profile=args.profile, policy=pol,
-            lowerings=[lw.name for lw in selected], plugins=args.plugin,
-            settings=provenance.run_settings(args, device=device, settings=settings,
-                                             lowerings=[lw.name for lw in selected]))
-        rundir.begin(report_dir, run_id, started)
-    if args.jobs > 1 and (len(selected) > 1 or shard_counts):
-        from parity.jobs import run_jobs
-
-        if not args.quiet:
-            print(f"checking {len(selected)} lowerings on {device}, up to {args.jobs} at once ({args.profile} profile, "
-                  f"{'in process' if args.no_isolate else 'isolated'} in each)", file=sys.stderr, flush=True)
-        say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-        data, interrupted = run_jobs(args, [lw.name for lw in selected], device, report_dir, args.jobs, pol.source, say,
-                                     shards=shard_counts, header=header)
-        report_mod.note_unmatched(data, pol.entry_names())
-        _report_written("the report", report_dir, report_mod.write_merged, report_dir,
-                        provenance.finish(data, interrupted=interrupted))
-        if header is not None:
-            rundir.end(report_dir, header["run_id"])
-        return _finish(args, data, report_dir, t0)
-    opts = RunOptions(device=device, check_inputs_untouched=not args.no_hardening,
-                      check_determinism=not args.no_hardening, check_output_buffers=not args.no_hardening,
-                      profile_every=args.kernel_names_every)
-    yard = lowerings.get("sdpa")
-    from parity.jobs import part_path
-    from parity.report import lowering_stem
-
-    # A shard writes its failure files and its case in flight to a directory of its own.
-    work_dir = report_dir if shard is None else shards_mod.shard_dir(report_dir, lowering_stem(selected[0].name), shard)
-    replay_args = report_mod.replay_args(device, args.tolerances)
-    plugins = {lw.name: report_mod.plugin_records([args.plugin_of[lw.name]])
-               for lw in selected if lw.name in args.plugin_of}
-    executor = None
-    if not args.no_isolate:
-        from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
-        executor = IsolatedExecutor(plugins=args.plugin, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
-                                    case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT,
-                                    inflight_dir=work_dir / "inflight")
-    where = "in process" if executor is None else f"isolated, case timeout {executor.case_timeout:g} s"
-    sanitizer = None
-    if device == "cuda":  # a nondeterministic failure is replayed under torch.cuda._sanitizer (parity.sanitizer)
-        from parity import sanitizer as san
-        sanitizer = lambda name, case, hist: san.replay(name, case, hist, plugins=args.plugin)  # noqa: E731
-    results = []
-    try:
-        for n, lw in enumerate(selected, 1):
-            if not args.quiet:
-                print(f"[{n}/{len(selected)}] {shards_mod.shard_label(lw.name, shard)} on {device} ({args.profile} profile, {where})",
-                      file=sys.stderr, flush=True)
-            rep = None
-            try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
-                plan = check_cases(lw, device, profile=args.profile, overrides=overrides)  # case_limits, supports
-                if args.warm_up:
-                    _warm_up(lw, device, args.quiet, plan.limits)
-            except hooks.HookFailure as hf:
-                rep = hook_failure_report(LoweringReport(lw.name, device, "pass"), hf, time.perf_counter())
-            except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
-                results.append(LoweringReport(lw.name, device, "fail", interrupted=True, extra=[
-                    "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"]))
-                print(f"dflash-parity: interrupted during {lw.name}'s warm-up; writing the partial report",
-                      file=sys.stderr)
-                break
-            if rep is None:
-                rep = check_lowering(lw, pol, strategy=plan.strategy, boundaries=plan.boundaries, settings=settings,
-                                     opts=opts, yardstick=yard, replay=replays[lw.name],
-                                     progress=_progress(args.quiet, lines=args.part,
-                                                        label=shards_mod.shard_label(lw.name, shard)),
-                                     target=PROFILES[args.profile].target, seed=args.seed, executor=executor,
-                                     shard=shard, flaky_runs=PROFILES[args.profile].flaky_runs, sanitizer=sanitizer)
-            if not args.quiet and sys.stderr.isatty() and not args.part:
-                print(file=sys.stderr)
-            results.append(rep)
-            if len(selected) > 1 and not args.part:  # on disk before the next lowering (a crash loses none)
-                try:
-                    report_mod.write_progress(work_dir, results, device=device, profile=args.profile,
-                                              tolerances=pol.source, replay=replay_args, plugins=plugins)
-                except OSError as err:
-                    print(f"dflash-parity: warning: could not write the progress report: {err}", file=sys.stderr)
-            if rep.interrupted:  # SIGINT: report what ran, check nothing more
-                print(f"dflash-parity: interrupted during {lw.name}; writing the partial report", file=sys.stderr)
-                break
-    finally:
-        if executor is not None:
-            executor.close()
-    if executor is not None and not args.quiet:
-        print(f"{'  ' + shards_mod.shard_label(selected[0].name, shard) + ': ' if args.part else ''}isolated: {executor.workers_started} worker(s) "
-              f"started, {executor.crashes} case(s) crashed or hung one, {executor.worker_cpu_seconds:.1f} s of "
-              f"worker CPU", file=sys.stderr)
-    part = part_path(report_dir, selected[0].name, shard) if args.part else None
-    amend = None
-    if shard is not None:
-        fams = results[0].compile_families if results else {}
-        amend = lambda entry: shards_mod.shard_part_entry(entry, work_dir, fams)  # noqa: E731
-    # stale failure files of the re-checked lowerings go (write_failure_files); this run writes its own
-    data = _report_written("the report", report_dir, report_mod.write_reports, work_dir, results, device=device,
-                           profile=args.profile, tolerances=pol.source, part=part, amend_part=amend,
-                           replay=replay_args, plugins=plugins, header=header,
-                           policy_entries=pol.entry_names())
-    if header is not None:
-        rundir.end(report_dir, header["run_id"])
-    code = _finish(args, data, report_dir, t0)
-    return EXIT_INTERRUPTED if args.part and any(r.interrupted for r in results) else code
+    data = merge.merge_reports(args.reports, args.report)
+    if not args.quiet:
+        print(report_mod.format_table(report_mod.table_rows(data)))
+        print(f"\nmerged {len(args.reports)} shard report(s) into {args.report}/ (parity.json, junit.xml, summary.md): "
+              f"{data['verdict']}")
+    return {"pass": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(data["verdict"], EXIT_FAIL)
 
 
-def _warm_up(lw, device: str, quiet: bool, limits=None) -> None:
-    """`--warm-up`: load the lowering's JIT modules now (on the GPU: in this process, so that an isolated
-    worker finds them compiled in the on-disk cache and only loads them)."""
-    from parity.warmup import warm_up
-
-    say = (lambda line: None) if quiet else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    rep = warm_up([lw], limits, device, progress=say)
-    if not quiet:
-        say(rep.lines()[-1])
-
-
-def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
+def _finish(config, data: dict, report_dir: Path, t0: float) -> int:
     """Print the table, the time split and each failure (from the report data); the exit code."""
     from oracle.case import Case
     from parity import report as report_mod
 
     print(report_mod.format_table(report_mod.table_rows(data)))
-    if not args.quiet and not args.part:  # a --jobs child's time line is printed by its parent
+    if not config.quiet:
         for name, v in data["lowerings"].items():
             line = report_mod.phase_line(v)
             if line:
@@ -525,13 +300,13 @@ def _finish(args, data: dict, report_dir: Path, t0: float) -> int:
                 print(f"  re-run: {f['runs']}")
             print(f"  replay: {report_mod.replay_command(report_dir / f['file'], f.get('replay_args'))}")
             print(f"  {f['example']}")
-    where = f"part {report_dir / 'parts'}" if args.part else f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
+    where = f"reports in {report_dir}/ (parity.json, junit.xml, summary.md)"
     print(f"\n{len(data['lowerings'])} lowering(s), {sum(v['cases'] for v in data['lowerings'].values())} cases in "
           f"{time.perf_counter() - t0:.1f} s; {where}")
-    return _exit_code(args, data, failed)
+    return _exit_code(config, data, failed)
 
 
-def _exit_code(args, data: dict, failed: list) -> int:
+def _exit_code(config, data: dict, failed: list) -> int:
     """The exit code of a check from its report data (its `verdict` when it has one: not a --jobs child's)."""
     from parity import interrupt
 
@@ -541,9 +316,9 @@ def _exit_code(args, data: dict, failed: list) -> int:
     if verdict == "nothing judged":
         why = "; ".join(f"{n}: {v.get('reason') or 'every case unsupported'}" for n, v in data["lowerings"].items())
         print(f"\nnothing was judged: no lowering ran a case here ({why[:600]})"
-              + ("; accepted (--allow-nothing-judged)" if args.allow_nothing_judged else
+              + ("; accepted (--allow-nothing-judged)" if config.allow_nothing_judged else
                  "; exit 1 (pass --allow-nothing-judged when that is expected)"), file=sys.stderr)
-        return EXIT_OK if args.allow_nothing_judged else EXIT_FAIL
+        return EXIT_OK if config.allow_nothing_judged else EXIT_FAIL
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -580,14 +355,14 @@ def cmd_repro(args) -> int:
     from oracle.errors import InvalidInput
     from parity.hooks import HookFailure
     from parity.intake import check_case_fits, read_case_file
-    from parity.runner import INVALID, RunOptions, _executor_run_case, lowering_available, run_case
+    from parity.runner import INVALID, RunOptions, executor_run_case, lowering_available, run_case
 
     path = Path(args.case_file)
     case, wrapper = read_case_file(path)  # kind, JSON types, nesting and sizes: before anything is loaded
     if args.no_isolate and args.case_timeout is not None:
         raise InvalidInput("--case-timeout", "applies to isolated runs only; drop it or drop --no-isolate")
-    if not args.plugin:
-        args.plugin = _recorded_plugins(path, wrapper)
+    if not args.plugins:
+        args.plugins = _recorded_plugins(path, wrapper)
     device, pol = _setup(args, probe=not args.no_isolate)
     check_case_fits(case, device, str(path))
     named = wrapper.get("lowering")
@@ -601,9 +376,9 @@ def cmd_repro(args) -> int:
     executor = None
     if not args.no_isolate:
         from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
-        executor = IsolatedExecutor(plugins=args.plugin, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
+        executor = IsolatedExecutor(plugins=args.plugins, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT)
-    run = run_case if executor is None else _executor_run_case(executor)
+    run = run_case if executor is None else executor_run_case(executor)
     worst = EXIT_OK
     try:
         for lw in lws:

@@ -16,7 +16,7 @@ back to back and after each history case:
   rarely, a crash that does not come back).
 
 A canary read is none of these: it reproduces with the same canary and changes with the canary
-(`parity.runner.rerun_failures` names it inside the case).
+(`parity.hardening.rerun_failures` names it inside the case).
 
 `ShrinkingRunCase` is the `run_case` of the second search that shrinks a flaky failure: a case fails when
 it fails in at least one of `R` runs (each after a history case when the failure depends on state), its
@@ -29,79 +29,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import torch
-
-from lowerings.protocol import Lowering, LoweringResult
+from lowerings.protocol import Lowering
 from oracle.case import Case
-from parity.runner import SKIPPED, CaseOutcome, LoweringError, RunOptions, _bits, _call, prepare_inputs
+from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
+from parity.result_bits import NONDETERMINISTIC, STATE, describe_diffs, differing_parts, nondeterminism_message, snapshot
+from parity.outcome import SKIPPED, CaseOutcome, Failure
 
-NONDETERMINISTIC = "nondeterministic across identical runs (a race, a missing stream sync, or uninitialized memory)"
-STATE = "depends on state left by a previous call"
 NOT_REPRODUCED = "not reproduced"
-CANARY_READ = "read outside the request's keys"  # parity.runner.rerun_failures
+CANARY_READ = "read outside the request's keys"  # parity.hardening.rerun_failures
 KINDS = ("reproducible", "nondeterministic", "state", "not reproduced", "crash", "hang")
-
-
-# ---- comparing everything a lowering returns ---------------------------------------------------------------
-
-def result_parts(result: LoweringResult) -> dict[str, torch.Tensor | None]:
-    """Every tensor a result holds, by label: `output`, `LSE`, `partial A output`, `partial A LSE`, ..."""
-    parts: dict[str, torch.Tensor | None] = {"output": result.out, "LSE": result.lse}
-    for name, p in result.partials.items():
-        parts[f"partial {name} output"] = p.out
-        parts[f"partial {name} LSE"] = p.lse
-    return parts
-
-
-def snapshot(result: LoweringResult) -> dict[str, torch.Tensor | None]:
-    """`result_parts` as bit patterns copied to the host (later calls may reuse the lowering's buffers)."""
-    return {k: None if t is None else _bits(t).cpu().clone() for k, t in result_parts(result).items()}
-
-
-def differing_parts(a: dict[str, torch.Tensor | None], b: dict[str, torch.Tensor | None]) -> list[tuple[str, int]]:
-    """`(label, elements that differ)` for each part whose bits differ (-1: present in one only, or reshaped)."""
-    diffs = []
-    for label in dict.fromkeys([*a, *b]):
-        x, y = a.get(label), b.get(label)
-        if x is None and y is None:
-            continue
-        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
-            diffs.append((label, -1))
-            continue
-        n = int((x != y).sum())
-        if n:
-            diffs.append((label, n))
-    return diffs
-
-
-def parts_of(result: LoweringResult) -> dict[str, torch.Tensor | None]:
-    """`result_parts` as bit views on the device (for comparisons inside one case)."""
-    return {k: None if t is None else _bits(t) for k, t in result_parts(result).items()}
-
-
-def describe_diffs(diffs: list[tuple[str, int]]) -> str:
-    """`"the LSE (3 element(s)), partial A output (1 element(s))"`."""
-    def one(label: str, n: int) -> str:
-        what = f"the {label}" if label in ("output", "LSE") else label
-        return f"{what} ({n} element(s))" if n >= 0 else f"{what} (returned in one run only, or reshaped)"
-    return ", ".join(one(label, n) for label, n in diffs)
-
-
-def differing_requests(a: dict[str, torch.Tensor | None], b: dict[str, torch.Tensor | None]) -> tuple[str, list[int]]:
-    """The first part that differs and the requests (leading index) where it does."""
-    for label, n in differing_parts(a, b):
-        x, y = a[label], b[label]
-        if n > 0 and x is not None and x.dim() >= 1:
-            diff = (x != y).reshape(x.shape[0], -1).any(-1)
-            return label, [int(i) for i in diff.nonzero().flatten()]
-    return "output", []
-
-
-def nondeterminism_message(detail: str, state: bool) -> str:
-    msg = f"{NONDETERMINISTIC}: {detail}"
-    if state:
-        msg += f"; it {STATE} (a workspace or buffer it reads before writing)"
-    return msg
 
 
 # ---- the probe: identical runs, bit for bit (in the lowering's process) ------------------------------------
@@ -174,7 +110,7 @@ def leave_state(lowering: Lowering, case: Case, opts: RunOptions) -> None:
     """One call of `lowering` on `case`, its result dropped: what replaying a history case needs (the state
     the call leaves behind), at the cost of the call alone."""
     try:
-        _call(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
+        call_lowering(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
     except LoweringError:
         pass
 
@@ -188,7 +124,7 @@ def probe(lowering: Lowering, case: Case, opts: RunOptions, runs: int, history: 
 
     def call(c: Case):
         try:
-            return snapshot(_call(lowering, prepare_inputs(lowering, c, opts)[0], CaseOutcome(lowering.name, c, "pass")))
+            return snapshot(call_lowering(lowering, prepare_inputs(lowering, c, opts)[0], CaseOutcome(lowering.name, c, "pass")))
         except LoweringError as err:
             errors.append(str(err))
             return None
@@ -409,27 +345,17 @@ class Reruns:
 
 
 def shrink_flaky(report: Any, outcomes: list[CaseOutcome], reruns: Reruns, run_case: Callable[..., CaseOutcome],
-                 search: Callable[[ShrinkingRunCase], None]) -> None:
+                 search: Callable[[ShrinkingRunCase], CaseOutcome | None]) -> None:
     """A failure hypothesis could not replay: classify it (which decides whether each run needs a case that
-    ran before it), then `search` again with `ShrinkingRunCase` from the first failing case drawn; record the
-    smallest failing case found (shrunk), else the failure as it was (not shrunk), and a note."""
-    from hypothesis.errors import Flaky
-
-    from parity.runner import Failure, _CaseFailed, _case_failures
-
+    ran before it), then `search` again with `ShrinkingRunCase` from the first failing case drawn (`search`
+    returns the smallest failing outcome it found, or None); record it (shrunk), else the failure as it was
+    (not shrunk), and a note."""
     history, runs = reruns.history, reruns.runs
     first = min(outcomes, key=lambda o: case_size(o.case))
     before = reruns.classify(first)
     hist = before.history if before.depends_on_history else ()
     shrinker = ShrinkingRunCase(run_case, history.first_failure or first.case, runs, hist, reruns.leave)
-    found: CaseOutcome | None = None
-    try:
-        search(shrinker)
-    except _CaseFailed as err:
-        found = err.outcome
-    except Flaky as err:  # the verdicts are kept per case: only a lowering that changes its draws gets here
-        again = _case_failures(err)
-        found = min((e.outcome for e in again), key=lambda o: case_size(o.case)) if again else None
+    found = search(shrinker)
     if found is not None:
         if hist:
             history.before[id(found)] = (found, hist)

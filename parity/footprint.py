@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from oracle.case import Case
+from oracle.case import BatchShape, Case
 
 _SIZE = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int32": 4, "int64": 8, "float32": 4}
 HARDENED_INPUT_SETS = 5  # inputs, the untouched-input snapshot, the other canary, a third and a fourth run
@@ -27,7 +27,7 @@ GIB = 1 << 30
 
 
 @dataclass(frozen=True)
-class CaseShape:
+class CaseShape(BatchShape):
     """What the estimates read of a case, without its page lists (the strategies size a draw before
     building it). A `Case` has the same attributes, so every function here takes either."""
 
@@ -43,18 +43,6 @@ class CaseShape:
     kv_dtype: str
     page_table_dtype: str = "int32"
     page_table_pad: int = 0
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.context_lens)
-
-    @property
-    def group_size(self) -> int:
-        return self.num_q_heads // self.num_kv_heads
-
-    @property
-    def max_keys(self) -> int:
-        return max(self.context_lens) + self.block_size
 
 
 Shape = Union[Case, CaseShape]

@@ -329,6 +329,11 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
         if not got or not got.lower().startswith(commit.lower()):
             problems.append(Problem(None, f"the new report is from commit {got or 'unknown (not recorded)'}, not "
                                           f"--commit {commit}"))
+    for what, r in (("the new report", new), ("the baseline", baseline)):
+        if r["settings"].get("shard") is not None:  # one shard's cases: a comparison would miss the others
+            problems.append(Problem(None, f"{what} is shard {r['settings']['shard']} of a run split over machines: "
+                                          f"merge the shards' reports first (`dflash-parity merge DIR... --report OUT`) "
+                                          f"and gate the merged report"))
     problems += _settings_problems(baseline, new)
     strict = _reproducible(baseline) and _reproducible(new) and \
         baseline["settings"].get("seed") == new["settings"].get("seed")

@@ -31,7 +31,7 @@ Limits: the watchdog needs the main thread (elsewhere the hooks run unbounded, e
 contained) and Python code or an interruptible call to stop (a loop in C code holding the GIL is not
 interrupted; in the worker, the case timeout still ends it).
 
-Public: `HookFailure`, `call(lowering, hook, *args, case=None)`, `timeout()`, `set_timeout(seconds)`,
+Public: `HookFailure`, `call(lowering, hook, *args, case=None)`, `call_optional(lowering, hook, *args, default=None)`, `timeout()`, `set_timeout(seconds)`,
 `timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`, `describe_exception(err, owner)`,
 `deadline(seconds)`, `HookTimeout`.
 """
@@ -208,6 +208,16 @@ def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float 
                                       f"loop? --hook-timeout sets the bound)", case) from None
     except BaseException as err:  # noqa: BLE001  (the lowering's own code: any exception, an exit)
         raise HookFailure(name, hook, f"{hook}() raised {describe_exception(err, lowering)}", case) from None
+
+
+def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None) -> Any:
+    """`call(lowering, hook, *args)` for an optional hook (`lowerings.protocol.OptionalHooks`), or `default`
+    when the lowering does not define it."""
+    from lowerings.protocol import optional_hook
+
+    if optional_hook(lowering, hook) is None:
+        return default
+    return call(lowering, hook, *args, case=case)
 
 
 def load_plugin(path: str, seconds: float | None = None) -> list[str]:

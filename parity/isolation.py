@@ -43,11 +43,12 @@ from oracle.case import Case
 from oracle.errors import InvalidInput
 from parity import hooks
 from parity.hooks import HookFailure
-from parity.runner import CaseOutcome, RunOptions
+from parity.invocation import RunOptions
+from parity.outcome import CaseOutcome
 
 DEFAULT_CASE_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 300.0  # importing torch (and, on a GPU, initializing CUDA) on a loaded machine
-_PRELOAD = ["torch", "parity.runner", "parity.isolation", "lowerings.builtins"]
+_PRELOAD = ["torch", "parity.runner", "parity.case_run", "parity.isolation", "lowerings.builtins"]
 
 
 class WorkerError(RuntimeError):
@@ -459,7 +460,8 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         torch.set_num_threads(int(init["num_threads"]))
         import lowerings
         from parity import policy as policy_mod
-        from parity.runner import availability, run_case
+        from parity.case_run import run_case
+        from parity.sweep import availability
 
         lowerings.names()
         hooks.set_timeout(init["hook_timeout"])  # this process's bound for every hook it calls

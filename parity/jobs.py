@@ -1,10 +1,12 @@
-"""`dflash-parity check --jobs N`: check several lowerings at once, one child `check` process each.
+"""`dflash-parity check --jobs N`: check several lowerings at once, one child process each.
 
 The cost of a sweep on a GPU is mostly per-case host work (drawing a case with hypothesis, building its
 tensors, planning, launching a handful of small kernels, reading the verdict back), not GPU time, so the
-lowerings of one run are checked side by side: up to N child processes (`python -m parity.cli check
---lowering NAME --part ...`), each drawing exactly the cases a serial run draws for its lowering (a
-derandomized profile seeds each lowering's draws the same way in any process), each on the same device.
+lowerings of one run are checked side by side: up to N child processes (`python -m parity.session --part
+SPEC`, the run's `CheckConfig` as JSON and the lowering: `child_argv`), each drawing exactly the cases a
+serial run draws for its lowering (a derandomized profile seeds each lowering's draws the same way in any
+process). On cuda with several visible GPUs each child gets one of them (`CUDA_VISIBLE_DEVICES`, the
+least busy when it starts: `parity.gpus.GpuSlots`); with one GPU they share it.
 
 Each child writes its lowering's entry to `<report>/parts/<lowering>.json` and its failure files to
 `<report>/failures/` (named by lowering, so children never write the same file) and replays that
@@ -15,16 +17,16 @@ stderr. When all are done, `merge_parts` puts the entries back in the order aske
 part (killed, out of memory, a crash outside any case) becomes a failed entry that says how it exited and
 where its log is: nothing is silently missing from the report.
 
-Children never outlive this process: however it ends (an exception, SIGINT, SIGTERM or SIGHUP with or
-without a handler, even SIGKILL), each child gets SIGKILL from the kernel (Linux `PR_SET_PDEATHSIG`, set
-in the child before it runs Python), and on every exit path through `run_jobs` its whole process group (the
-child, its fork server, its isolated workers) is killed in a `finally`.
+Children never outlive this process (`parity.pool`: the one process pool of jobs and warm-up). On
+KeyboardInterrupt (SIGINT, SIGTERM or SIGHUP: `parity.interrupt`) each running child gets SIGINT and up
+to a grace period to write its partial part.
 
 With `shards={name: S}` a lowering is checked by S children, each running every S-th of the cases a
-serial run draws (`parity.shards`); their parts merge into the lowering's one entry.
+serial run draws (`parity.shards`); their parts merge into the lowering's one entry (`merge_lowering`,
+also the pytest plugin's merge of its xdist workers' parts).
 
-Public: `child_argv(args, name, device, shard=None)`, `run_jobs(args, names, device, report_dir, jobs,
-tolerances, say, shards=None) -> (data, interrupted)`, `merge_parts(...)`, `part_path(report_dir, name, shard=None)`.
+Public: `child_argv(config, part)`, `child_env`, `run_jobs(session, names, shards=None) -> (data,
+interrupted)`, `merge_parts(...)`, `merge_lowering(...)`, `part_path(report_dir, name, shard=None)`.
 """
 
 from __future__ import annotations
@@ -32,15 +34,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from parity import pool
 from parity import shards as shards_mod
-from parity.interrupt import raise_if_requested
+from parity.outcome import FAMILY_KEYS
 from parity.report import lowering_stem
 
 Shard = tuple[int, int]  # (i, S): the i-th of S shards, 0-based
@@ -52,28 +53,14 @@ def part_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
     return Path(report_dir) / "parts" / f"{lowering_stem(name)}{suffix}.json"
 
 
-def child_argv(args: Any, name: str, device: str, shard: Shard | None = None) -> list[str]:
-    """The child's command line: this run's options for one lowering, writing a part (not a report)."""
-    argv = [sys.executable, "-m", "parity.cli", "check", "--lowering", name, "--device", device,
-            "--profile", args.profile, "--report", str(args.report), "--part",
-            "--kernel-names-every", str(args.kernel_names_every)]
-    if shard is not None:
-        argv += ["--shard", f"{shard[0]}/{shard[1]}"]
-    for p in args.plugin:
-        argv += ["--plugin", str(Path(p).resolve())]
-    for text in getattr(args, "limit", []):
-        argv += ["--limit", text]
-    for flag, value in (("--tolerances", args.tolerances), ("--max-examples", args.max_examples),
-                        ("--seed", args.seed), ("--database", args.database), ("--case-timeout", args.case_timeout),
-                        ("--hook-timeout", getattr(args, "hook_timeout", None))):
-        if value is not None:
-            argv += [flag, str(value)]
-    for flag, on in (("--no-hardening", args.no_hardening), ("--no-isolate", args.no_isolate),
-                     ("--allow-loose-bounds", getattr(args, "allow_loose_bounds", False)),
-                     ("--warm-up", getattr(args, "warm_up", False)), ("--quiet", args.quiet)):
-        if on:
-            argv.append(flag)
-    return argv
+def child_argv(config: Any, part: Any) -> list[str]:
+    """The child's command line: this run's config (as JSON) for one part (`parity.session.Part`), its
+    plugin files made absolute."""
+    from parity.session import part_spec
+
+    child = config.replace(lowerings=(part.lowering,), plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
+                           jobs=1, shards=(), gate_baseline=None, gate_accept=())
+    return [sys.executable, "-m", "parity.session", "--part", part_spec(child, part)]
 
 
 def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
@@ -87,46 +74,10 @@ def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None
     return env
 
 
-def _libc():
-    """libc, loaded once here: the child's pre-exec hook must not load a library after the fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-def _dies_with_parent(libc, parent: int):
-    """A `preexec_fn`: SIGKILL this child when the process that started it ends (`PR_SET_PDEATHSIG`); if
-    that process already ended before the call, exit now."""
-    def hook() -> None:
-        if libc is not None:
-            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
-    return hook
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (it leads its own session: the child, its fork server, its
-    workers); the child itself at least."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    try:
-        proc.kill()
-    except OSError:
-        pass
-
-
 def _lost_entry(name: str, device: str, why: str) -> dict[str, Any]:
     """The report entry of a lowering whose child wrote no part: a failure that says why."""
     from parity.report import to_json
-    from parity.runner import LoweringReport
+    from parity.outcome import LoweringReport
 
     return to_json([LoweringReport(name, device, "fail", extra=[why])], device=device, profile="",
                    tolerances="")["lowerings"][name]
@@ -161,110 +112,93 @@ def _read_part(report_dir: Path, name: str, shard: Shard | None, exits: dict[str
     return _lost_entry(name, device, why)
 
 
+def merge_lowering(report_dir: Path | None, name: str, entries: Sequence[dict[str, Any]], dirs: Sequence[Path],
+                   *, sharded: bool, keep_families: bool = False) -> dict[str, Any]:
+    """One lowering's entry from its parts' (in shard order; `sharded`: they are shards to merge, else the
+    one entry): the parts' failure files moved from `dirs` into `<report>/failures/` (numbered as a serial
+    run numbers them); the per-family compile counts kept only with `keep_families` (a report that is
+    itself one shard of a run over several machines)."""
+    entry = shards_mod.merge_entries(entries, name) if sharded else dict(entries[0])
+    if report_dir is not None and dirs:
+        shards_mod.collect_failures(report_dir, lowering_stem(name), entry, dirs)
+    if keep_families:
+        entry.setdefault(FAMILY_KEYS, {})
+    else:
+        entry.pop(FAMILY_KEYS, None)
+    return entry
+
+
 def merge_parts(report_dir: Path, names: Sequence[str], exits: dict[str, int | None], header: dict[str, Any],
-                shards: dict[str, int] | None = None) -> dict[str, Any]:
+                shards: dict[str, int] | None = None, keep_families: bool = False) -> dict[str, Any]:
     """One report from the children's parts, in the order of `names` (a missing part: a failed entry).
-    `exits` is keyed by `shard_label`; a sharded lowering's parts merge into one entry (`parity.shards`)."""
+    `exits` is keyed by `shard_label`; a sharded lowering's parts merge into one entry (`merge_lowering`)."""
     data = dict(header)
     data["lowerings"] = {}
     device = header.get("device", "?")
     for name in names:
         n = (shards or {}).get(name, 1)
         if n == 1:
-            data["lowerings"][name] = _read_part(report_dir, name, None, exits, device)
+            entry = _read_part(report_dir, name, None, exits, device)
+            data["lowerings"][name] = merge_lowering(report_dir, name, [entry], [], sharded=False,
+                                                     keep_families=keep_families)
             continue
         entries = [_read_part(report_dir, name, (i, n), exits, device) for i in range(n)]
-        entry = shards_mod.merge_entries(entries)
         stem = lowering_stem(name)
-        shards_mod.collect_failures(report_dir, stem, entry,
-                                    [shards_mod.shard_dir(report_dir, stem, (i, n)) for i in range(n)])
-        data["lowerings"][name] = entry
+        data["lowerings"][name] = merge_lowering(report_dir, name, entries,
+                                                 [shards_mod.shard_dir(report_dir, stem, (i, n)) for i in range(n)],
+                                                 sharded=True, keep_families=keep_families)
     return data
 
 
-def run_jobs(args: Any, names: Sequence[str], device: str, report_dir: Path, jobs: int, tolerances: str,
-             say: Callable[[str], None], poll: float = 0.2, grace: float = 60.0,
-             shards: dict[str, int] | None = None, header: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-    """Check `names` in up to `jobs` child processes (`shards[name]` of them for a sharded lowering, its
-    shards started first: they are the slow ones); returns (merged report data, interrupted).
+def run_jobs(session: Any, names: Sequence[str], shards: dict[str, int] | None = None, *, poll: float = 0.2,
+             grace: float = 60.0) -> tuple[dict[str, Any], bool]:
+    """Check `names` in up to `session.config.jobs` child processes (`shards[name]` of them for a sharded
+    lowering, its shards started first: they are the slow ones); returns (merged report data, interrupted).
 
-    On KeyboardInterrupt (SIGINT, SIGTERM or SIGHUP: `parity.interrupt`) each running child gets SIGINT
-    and up to `grace` seconds to write its partial part (its lowering then fails as "interrupted after N
-    cases"); lowerings not yet started are reported as never started. The merged report is returned
-    either way; `header` (parity.provenance.run_header) is its top level."""
+    On KeyboardInterrupt each running child gets SIGINT and up to `grace` seconds to write its partial part
+    (its lowering then fails as "interrupted after N cases"); lowerings not yet started are reported as
+    never started. The merged report is returned either way, with the session's header on top."""
+    from parity.gpus import GpuSlots, visible_gpus
+    from parity.session import Part
+
+    config, report_dir, say = session.config, Path(session.config.report), session.say
     parts = report_dir / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     shards = {k: v for k, v in (shards or {}).items() if v > 1}
-    tasks: list[tuple[str, Shard | None]] = [(n, (i, shards[n])) for n in names if n in shards for i in range(shards[n])]
-    tasks += [(n, None) for n in names if n not in shards]
-    for name, shard in tasks:  # a part left by an earlier run must never pass for this run's
-        part_path(report_dir, name, shard).unlink(missing_ok=True)
-        if shard is not None:
-            shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(name), shard), ignore_errors=True)
-    env = child_env(jobs)
-    libc = _libc()
-    pending = list(tasks)
-    running: dict[str, tuple[subprocess.Popen, Any, float]] = {}
+    tasks = [Part(n, (i, shards[n])) for n in names if n in shards for i in range(shards[n])]
+    tasks += [Part(n) for n in names if n not in shards]
+    for t in tasks:  # a part left by an earlier run must never pass for this run's
+        part_path(report_dir, t.lowering, t.shard).unlink(missing_ok=True)
+        if t.shard is not None:
+            shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(t.lowering), t.shard), ignore_errors=True)
+    env = child_env(config.jobs)
+    gpus = GpuSlots(visible_gpus() if session.device == "cuda" else 0, os.environ.get("CUDA_VISIBLE_DEVICES"))
     exits: dict[str, int | None] = {}
-    interrupted = False
+    held: dict[Any, tuple[Any, int | None]] = {}  # task -> (its log file, its GPU)
 
-    def reap(label: str, code: int) -> None:
-        proc, log, t0 = running.pop(label)
+    def label(t) -> str:
+        return shards_mod.shard_label(t.lowering, t.shard)
+
+    def start(t) -> subprocess.Popen:
+        log_path = part_path(report_dir, t.lowering, t.shard).with_suffix(".log")
+        log_path.unlink(missing_ok=True)  # a planted link is removed, never written through
+        log = open(log_path, "w")
+        gpu = gpus.take()
+        held[t] = (log, gpu)
+        proc = subprocess.Popen(child_argv(config, t), stdout=log, stderr=None, env={**env, **gpus.env(gpu)},
+                                **pool.child_kwargs())
+        on = f" on GPU {gpu}" if gpu is not None else ""
+        say(f"[jobs] {label(t)}: started{on} ({sum(gpus.busy) if gpus.count > 1 else len(held)} running)")
+        return proc
+
+    def done(t, code: int, seconds: float) -> None:
+        log, gpu = held.pop(t)
         log.close()
-        exits[label] = code
-        say(f"[jobs] {label}: done in {time.perf_counter() - t0:.1f} s (exit {code}; "
-            f"{len(running)} running, {len(pending)} waiting)")
+        gpus.give_back(gpu)
+        exits[label(t)] = code
+        say(f"[jobs] {label(t)}: done in {seconds:.1f} s (exit {code}; {len(held)} running)")
 
-    def reap_finished() -> None:
-        """Reap every child that has exited; wait `poll` seconds if some still run."""
-        for label in list(running):
-            code = running[label][0].poll()
-            if code is not None:
-                reap(label, code)
-        if running:
-            time.sleep(poll)
-
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                name, shard = pending.pop(0)
-                label = shards_mod.shard_label(name, shard)
-                log_path = part_path(report_dir, name, shard).with_suffix(".log")
-                log_path.unlink(missing_ok=True)  # a planted link is removed, never written through
-                log = open(log_path, "w")
-                # own process group: a terminal's Ctrl-C reaches this process only, which passes it on
-                proc = subprocess.Popen(child_argv(args, name, device, shard), stdout=log, stderr=None, env=env,
-                                        start_new_session=True, preexec_fn=_dies_with_parent(libc, os.getpid()))
-                running[label] = (proc, log, time.perf_counter())
-                say(f"[jobs] {label}: started ({len(running)} running, {len(pending)} waiting)")
-            reap_finished()
-            raise_if_requested()  # a SIGINT the interpreter swallowed (parity.interrupt)
-    except KeyboardInterrupt:
-        interrupted = True
-        say(f"[jobs] interrupted: asking {len(running)} running check(s) to write their partial reports "
-            f"(up to {grace:g} s); {len(pending)} not started")
-        for proc, _, _ in running.values():
-            proc.send_signal(signal.SIGINT)
-        deadline = time.perf_counter() + grace
-        try:
-            while running and time.perf_counter() < deadline:
-                reap_finished()
-            if running:
-                say(f"[jobs] {len(running)} check(s) wrote no part within {grace:g} s: stopping them")
-        except KeyboardInterrupt:  # interrupted again: stop now, but still merge what was written
-            say(f"[jobs] interrupted again: stopping {len(running)} check(s) now; the parts written are kept")
-    finally:
-        for name in list(running):  # past the grace, a second interrupt, an error: stop them, keep their parts
-            proc = running[name][0]
-            _stop_group(proc)
-            reap(name, proc.wait())
-    import datetime as _dt
-
-    import torch
-
-    from parity.report import SCHEMA, SCHEMA_VERSION
-    top = {"schema": SCHEMA, "version": SCHEMA_VERSION,
-           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "device": device, "profile": args.profile, "torch": torch.__version__, "tolerances": tolerances}
-    top.update(header or {})
-    return merge_parts(report_dir, names, exits, top, shards), interrupted
+    interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
+                                say=lambda line: say(f"[jobs] {line}"), what="check(s)")
+    data = merge_parts(report_dir, names, exits, session.top(), shards, keep_families=config.shard is not None)
+    return data, interrupted

@@ -12,6 +12,10 @@ Never silent: a verdict without its hardening says so.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Iterator
+
 from parity import footprint
 
 YARDSTICK = "yardstick"
@@ -79,8 +83,6 @@ POLL_SECONDS = 0.05
 
 
 def _alive(pid: int) -> bool:
-    import os
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,14 +92,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def lease(path, need: int, cap: int, *, pid: int | None = None) -> bool:
-    """Try once to lease `need` bytes in the ledger at `path` (created if missing): True if the leases of
-    live processes plus `need` fit in `cap`, or none is held; False otherwise (the caller waits)."""
+@contextlib.contextmanager
+def _ledger(path) -> Iterator[dict[int, int]]:
+    """The ledger at `path` (created if missing) under an exclusive lock: `{pid: bytes leased}`, written back
+    after the block when the block changed it (an unreadable ledger reads as empty)."""
     import fcntl
     import json
-    import os
 
-    pid = os.getpid() if pid is None else pid
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
@@ -105,33 +106,32 @@ def lease(path, need: int, cap: int, *, pid: int | None = None) -> bool:
             held = {int(k): int(v) for k, v in json.loads(f.read() or "{}").items()}
         except (ValueError, AttributeError):
             held = {}
-        held = {p: b for p, b in held.items() if p != pid and _alive(p)}
-        if held and sum(held.values()) + need > cap:
+        before = dict(held)
+        yield held
+        if held != before:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({str(p): b for p, b in held.items()}))
+
+
+def lease(path, need: int, cap: int, *, pid: int | None = None) -> bool:
+    """Try once to lease `need` bytes in the ledger at `path` (created if missing): True if the leases of
+    live processes plus `need` fit in `cap`, or none is held; False otherwise (the caller waits)."""
+    pid = os.getpid() if pid is None else pid
+    with _ledger(path) as held:
+        live = {p: b for p, b in held.items() if p != pid and _alive(p)}
+        if live and sum(live.values()) + need > cap:
             return False
+        held.clear()
+        held.update(live)
         held[pid] = need
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps({str(p): b for p, b in held.items()}))
         return True
 
 
 def release(path, *, pid: int | None = None) -> None:
-    import fcntl
-    import json
-    import os
-
     pid = os.getpid() if pid is None else pid
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        try:
-            held = {int(k): int(v) for k, v in json.loads(f.read() or "{}").items()}
-        except (ValueError, AttributeError):
-            held = {}
+    with _ledger(path) as held:
         held.pop(pid, None)
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps({str(p): b for p, b in held.items()}))
 
 
 def ledger_path(device_index: int):

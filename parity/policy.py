@@ -78,7 +78,7 @@ _QUARTER = {"bfloat16": 32.0, "float16": 256.0}
 CEILINGS: dict[str, Ceiling] = {
     "out_max_ulp": Ceiling(_QUARTER, "a quarter of max|O_ref| (4x the 8-ulp default in bf16); an all-zeros "
                                      "output is 128-256 bf16 ulp (1024-2048 fp16 ulp) off"),
-    "out_rel_l2": Ceiling({d: 0.1 for d in DTYPES}, "10x SEMANTICS.md's 1e-2; an all-zeros output has 1.0, a window "
+    "out_rel_l2": Ceiling({d: 0.1 for d in DTYPES}, "10x docs/semantics.md's 1e-2; an all-zeros output has 1.0, a window "
                                                      "one key off typically 0.05-0.5"),
     "yardstick_factor": Ceiling({d: 16.0 for d in DTYPES}, "8x flash-attn's factor of 2 over the working-dtype SDPA"),
     "yardstick_floor_ulp": Ceiling(_QUARTER, "the out_max_ulp ceiling: a floor above it waives the yardstick rule"),

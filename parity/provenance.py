@@ -72,18 +72,26 @@ def git_commit(cwd: str | Path = ".") -> dict[str, Any] | None:
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
 
-def run_settings(args: Any, *, device: str, settings: Any, lowerings: Sequence[str]) -> dict[str, Any]:
-    """The options of a `check` that decide which cases are drawn and how hard each is checked."""
-    return {
+def run_settings(config: Any, *, device: str, settings: Any, lowerings: Sequence[str], **extra: Any) -> dict[str, Any]:
+    """The settings of a check (`parity.config.CheckConfig`) that decide which cases are drawn and how hard
+    each is checked; `shard` ("I/S") and `flaky_runs` only when set; `extra` entries added (`jobs`: the
+    processes of a pytest-xdist run)."""
+    out = {
         "lowerings": list(lowerings), "device": device, "device_name": _device_name(device),
-        "profile": args.profile, "seed": args.seed, "derandomized": bool(getattr(settings, "derandomize", False)),
-        "max_examples": int(settings.max_examples), "hardening": not args.no_hardening,
-        "isolation": not args.no_isolate, "case_timeout": args.case_timeout,
-        "kernel_names_every": args.kernel_names_every, "limits": list(args.limit),
-        "jobs": args.jobs, "shards": list(args.shards), "warm_up": bool(getattr(args, "warm_up", False)),
-        "allow_loose_bounds": bool(getattr(args, "allow_loose_bounds", False)),
-        "allow_nothing_judged": bool(getattr(args, "allow_nothing_judged", False)),
+        "profile": config.profile, "seed": config.seed, "derandomized": bool(getattr(settings, "derandomize", False)),
+        "max_examples": int(settings.max_examples), "hardening": bool(config.hardening),
+        "isolation": bool(config.isolate), "case_timeout": config.case_timeout,
+        "kernel_names_every": config.kernel_names_every, "limits": list(config.limits),
+        "jobs": config.jobs, "shards": list(config.shards), "warm_up": bool(config.warm_up),
+        "allow_loose_bounds": bool(config.allow_loose_bounds),
+        "allow_nothing_judged": bool(config.allow_nothing_judged),
     }
+    if config.shard is not None:
+        out["shard"] = f"{config.shard[0]}/{config.shard[1]}"
+    if config.flaky_runs is not None:
+        out["flaky_runs"] = config.flaky_runs
+    out.update(extra)
+    return out
 
 
 def _device_name(device: str) -> str:

@@ -1,201 +1,245 @@
-"""pytest plugin (entry point `pytest11: dflash_parity`): options, fixtures, profiles, the gpu marker.
+"""pytest plugin (entry point `pytest11: dflash_parity`): the `dflash-parity check` front end in pytest.
 
-Any test that takes the `parity_lowering` fixture is parametrized over the selected lowerings
-(`--lowering NAME`, repeatable; default all registered, plugins from `--plugin FILE.py` included);
-`parity_check(lowering)` runs the hypothesis sweep for it and fails with the shrunk case's verdict.
-Tests marked `gpu` skip, with the reason, where torch sees no CUDA device.
+A test that takes the `parity_lowering` fixture is parametrized over the selected lowerings
+(`--parity-lowering NAME`, repeatable; default all registered, plugins from `--parity-plugin FILE.py`
+included); `parity_check(lowering)` runs the sweep `check` runs for it (saved failures replayed first,
+boundary cases, the drawn cases) and fails with the shrunk case's verdict. Every option of `check` is
+an option here, spelled `--parity-...` (`parity.options`: written once for both front ends), and
+`--parity-report DIR` writes the report `check` writes (parity.json, junit.xml, summary.md,
+failures/*.json); `--parity-gate-baseline DIR` then gates it. Tests marked `parity_gpu` skip, with the
+reason, where torch sees no CUDA device.
 
-GPU runners:
+Hygiene: a suite that uses none of the fixtures and none of the options runs exactly as before. The
+plugin adds only `--parity-*` options and the `parity_gpu` marker; it loads no hypothesis profile unless
+`--parity-profile` is given or a parity fixture is used (then the `dflash-<profile>` profile), and pins
+no pytest-xdist worker to a GPU unless the session uses the plugin. The old spellings `--lowering`,
+`--plugin`, `--dflash-warmup` and the `gpu` marker work for one more release with a deprecation warning,
+and only where no other plugin or conftest defines them (the `gpu` marker only in a session that uses
+the plugin: another suite's unregistered `gpu` marker is never taken as ours).
 
-- `--dflash-warmup` (or the ini option `dflash_warmup = true`): after collection, before the first test,
-  load every JIT kernel module the session's lowerings need (`parity.warmup.warm_up`), one tiny case per
-  distinct module, with progress lines; the report (times, and "could not load: <module>: <error>" for
-  a module that failed) is printed in the terminal summary, also from pytest-xdist workers. A failed
-  module never stops the session.
-- Under pytest-xdist, worker `gwN` runs on `cuda:(N mod device_count)` (`torch.cuda.set_device`; its
-  child processes get `CUDA_VISIBLE_DEVICES` narrowed to that GPU). `DFLASH_NO_GPU_PIN=1` turns it off.
+Several GPUs (pytest-xdist, `pytest -n N`): worker `gwN` runs on GPU `N mod device_count`
+(`parity.gpus`), and each lowering's test is split into N shard items (`test[sdpa-shard1of4]`, ...):
+item `j` judges the cases of the serial run whose draw index is `j` mod N (`parity.sweep.
+sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
+controller (`workeroutput`), which merges them with the merge `check --jobs --shards` uses
+(`parity.jobs.merge_lowering`) into one report and one table in the terminal summary.
+
+`--parity-warm-up` (or the ini option `parity_warm_up = true`): after collection, before the first test,
+load every JIT kernel module the session's lowerings need (`parity.warmup.warm_up`); the report is
+printed in the terminal summary, also from pytest-xdist workers. A failed module never stops the session.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from typing import Any
 
 import pytest
 
 WARMUP_KEY = "dflash_warmup"
+PARTS_KEY = "dflash_parity_parts"
+FIXTURES = ("parity_lowering", "parity_check", "parity_device", "parity_policy", "parity_profile")
+# Old spellings, registered only where free: (option, dest, config field, new spelling).
+DEPRECATED_OPTIONS = (("--lowering", "parity_old_lowering", "lowerings", "--parity-lowering"),
+                      ("--plugin", "parity_old_plugin", "plugins", "--parity-plugin"))
+GPU_MARKER = "parity_gpu: needs a CUDA GPU (skipped with the reason where there is none)"
+OLD_GPU_MARKER = "gpu: deprecated spelling of parity_gpu (dflash-parity)"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("dflash-parity")
-    g.addoption("--lowering", action="append", default=[], metavar="NAME", help="lowering(s) to check (default: all)")
-    g.addoption("--plugin", action="append", default=[], metavar="FILE.py", help="file(s) that register lowerings")
-    g.addoption("--parity-device", default=None, choices=("cpu", "cuda"), help="device (default: cuda if available)")
-    g.addoption("--parity-profile", default=None, choices=("dev", "ci", "gpu", "nightly", "scale"),
-                help="hypothesis profile (default: ci when CI is set, else dev)")
-    g.addoption("--parity-max-examples", type=int, default=None, help="cases per lowering")
-    g.addoption("--parity-tolerances", default=None, metavar="TOML", help="tolerance policy file")
-    g.addoption("--parity-limit", action="append", default=[], metavar="FIELD=V[,V...]",
-                help="as `dflash-parity check --limit`: widen or narrow every checked lowering's drawn shapes")
-    g.addoption("--dflash-warmup", action="store_true", default=None,
-                help="load the JIT kernel modules of the session's lowerings once before the first test "
-                     "(progress, then a report in the terminal summary)")
-    parser.addini("dflash_warmup", type="bool", default=False,
-                  help="dflash-parity: warm up JIT kernel modules at session start (as --dflash-warmup)")
+    from parity.options import add_to_pytest
+
+    g = parser.getgroup("dflash-parity", "dflash-parity (the options of `dflash-parity check`, as --parity-...)")
+    add_to_pytest(g)
+    g.addoption("--dflash-warmup", dest="parity_old_warm_up", action="store_true", default=None,
+                help="deprecated spelling of --parity-warm-up")
+    parser.addini("parity_warm_up", type="bool", default=False,
+                  help="dflash-parity: warm up JIT kernel modules at session start (as --parity-warm-up)")
+    parser.addini("dflash_warmup", type="bool", default=False, help="deprecated spelling of parity_warm_up")
 
 
+def _option_taken(parser: pytest.Parser, name: str) -> bool:
+    groups = [parser._anonymous, *parser._groups]  # what pytest itself checks for a clash
+    return any(name in opt.names() for g in groups for opt in g.options)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    """After the initial conftests registered their options: the old spellings, where still free."""
+    yield
+    owned = []
+    for flag, dest, _, new in DEPRECATED_OPTIONS:
+        if not _option_taken(parser, flag):
+            parser.getgroup("dflash-parity").addoption(flag, dest=dest, action="append", default=[],
+                                                       help=f"deprecated spelling of {new}")
+            owned.append(flag)
+    early_config.stash[_OWNED_OPTIONS] = owned
+
+
+# ---- the session's state ----------------------------------------------------------------------------
+_OWNED_OPTIONS = pytest.StashKey[list]()
+_STATE = pytest.StashKey["_State"]()
+_SHARD = pytest.StashKey[Any]()
+
+
+class _State:
+    """What the plugin knows about this pytest session (one per process; see the module docstring)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.pytest_config = config
+        self.used = False
+        self.check_config = None  # parity.config.CheckConfig, once asked for
+        self.session = None  # parity.session.CheckSession, once a parity fixture runs (or a report is begun)
+        self.parts: dict[tuple[str, Any], Any] = {}  # (lowering, shard item) -> LoweringReport of this process
+        self.received: list[dict[str, Any]] = []  # parts sent by pytest-xdist workers
+        self.warmups: list[tuple[str, dict]] = []
+        self.held = contextlib.ExitStack()
+        self.began = False
+        self.data: dict[str, Any] | None = None  # the merged report data
+        self.gate = None
+
+    def config_(self):
+        if self.check_config is None:
+            self.check_config = _build_config(self.pytest_config)
+        return self.check_config
+
+    def session_(self):
+        if self.session is None:
+            from parity.session import CheckSession
+
+            self.session = CheckSession(self.config_(), say=None)
+        return self.session
+
+
+def _state(config: pytest.Config) -> _State:
+    if _STATE not in config.stash:
+        config.stash[_STATE] = _State(config)
+    return config.stash[_STATE]
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers run the session (1 without xdist)."""
+    if _is_worker(config):
+        return int(config.workerinput.get("workercount", 1))
+    n = getattr(config.option, "numprocesses", None)
+    return n if isinstance(n, int) and n > 0 and config.pluginmanager.hasplugin("dsession") else 1
+
+
+def _old_spellings(config: pytest.Config) -> dict[str, Any]:
+    """Values given by the old spellings, as config fields (each said once with a deprecation warning)."""
+    extra: dict[str, Any] = {}
+    for flag, dest, field, new in DEPRECATED_OPTIONS:
+        values = config.getoption(dest, default=None) if flag in config.stash.get(_OWNED_OPTIONS, []) else None
+        if values:
+            extra[field] = list(values)
+            config.issue_config_time_warning(pytest.PytestDeprecationWarning(
+                f"dflash-parity: {flag} is deprecated, use {new} (the old spelling goes in the next release)"),
+                stacklevel=2)
+    if config.getoption("parity_old_warm_up"):
+        extra["warm_up"] = True
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(
+            "dflash-parity: --dflash-warmup is deprecated, use --parity-warm-up"), stacklevel=2)
+    elif config.getini("parity_warm_up") or config.getini("dflash_warmup"):
+        extra["warm_up"] = True
+    return extra
+
+
+def _build_config(config: pytest.Config):
+    """The session's `CheckConfig` from its `--parity-...` options; a bad value is a usage error naming it."""
+    from parity.options import config_from_pytest
+
+    try:
+        cfg = config_from_pytest(config.getoption, _old_spellings(config))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
+    if _xdist_workers(config) > 1 and cfg.isolate is False and cfg.jobs != 1:  # pragma: no cover (jobs is CLI-only)
+        cfg = cfg.replace(jobs=1)
+    return cfg
+
+
+def _options_given(config: pytest.Config) -> list[str]:
+    from parity.options import given_in_pytest
+
+    given = given_in_pytest(config.getoption)
+    given += [flag for flag, dest, _, _ in DEPRECATED_OPTIONS
+              if flag in config.stash.get(_OWNED_OPTIONS, []) and config.getoption(dest, default=None)]
+    if config.getoption("parity_old_warm_up"):
+        given.append("--dflash-warmup")
+    return given
+
+
+# ---- configure: only what the session asks for ------------------------------------------------------
+@pytest.hookimpl(trylast=True)  # after conftests and other plugins registered their markers
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--parity-device") == "cuda" and not _cuda()[0]:
+    markers = [line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")]
+    config.addinivalue_line("markers", GPU_MARKER)
+    # The old `gpu` marker is the plugin's only in a session that uses it, and only where another plugin's or
+    # conftest's `gpu` is not registered (that one is left alone).
+    config.stash[_OWNS_GPU] = "gpu" not in markers
+    state = _state(config)
+    if not _options_given(config):
+        return
+    if config.stash[_OWNS_GPU]:
+        config.addinivalue_line("markers", OLD_GPU_MARKER)
+    state.used = True
+    cfg = state.config_()
+    _use(config, profile_given=config.getoption("parity_profile") is not None)
+    if cfg.device == "cuda" and not _cuda()[0]:
         # Asked for the GPU and there is none: every parity test would skip and the session exit 0.
         raise pytest.UsageError(f"--parity-device cuda: {_cuda()[1]} (drop the option to test on the CPU)")
-    _limit_overrides(config)  # a bad --parity-limit is a usage error at once, not a failure of every test
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with the reason where there is none)")
-    config.addinivalue_line("markers", "slow: long sweeps, not part of the CI suite")
+    from oracle.errors import InvalidInput
+    from parity.options import pytest_message
+
+    try:
+        state.session_().load(probe=cfg.isolate and not _is_worker(config))
+    except (InvalidInput, ValueError) as err:  # a plugin file that does not import, a bad tolerance file
+        raise pytest.UsageError(pytest_message(str(err))) from None
+
+
+_OWNS_GPU = pytest.StashKey[bool]()
+
+
+def _use(config: pytest.Config, profile_given: bool = False) -> None:
+    """The session uses the plugin: its hypothesis profile loaded, this xdist worker pinned to its GPU."""
+    state = _state(config)
+    state.used = True
+    if getattr(state, "_in_use", False):
+        return
+    state._in_use = True
     from hypothesis import settings as hyp_settings
 
     from strategies import PROFILES, profile_settings
 
     for name in PROFILES:
         hyp_settings.register_profile(f"dflash-{name}", profile_settings(name))
-    prof = config.getoption("--parity-profile") or ("ci" if os.environ.get("CI") else "dev")
-    hyp_settings.load_profile(f"dflash-{prof}")
-    import lowerings
+    hyp_settings.load_profile(f"dflash-{state.config_().profile}")
+    if _is_worker(config):
+        from parity.gpus import pin_xdist_worker
 
-    for path in config.getoption("--plugin"):
-        lowerings.load_plugin(path)
-    config.stash[_REPORTS] = []
-    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("DFLASH_NO_GPU_PIN"):
-        pin_xdist_worker_gpu(os.environ["PYTEST_XDIST_WORKER"])
+        pin_xdist_worker(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
-# ---- one GPU per pytest-xdist worker ------------------------------------------------------------------
-def xdist_gpu_index(worker_id: str | None, device_count: int) -> int | None:
-    """The GPU of pytest-xdist worker `gwN`: `N mod device_count`; None outside xdist (no or another id)
-    or without a GPU."""
-    if not worker_id or not worker_id.startswith("gw") or device_count < 1:
-        return None
-    try:
-        n = int(worker_id[2:])
-    except ValueError:
-        return None
-    return n % device_count if n >= 0 else None
-
-
-def narrowed_visible_devices(visible: str | None, index: int, device_count: int) -> str:
-    """`CUDA_VISIBLE_DEVICES` for a child of a worker pinned to `index`: that one entry of the parent's
-    list (ids, UUIDs or MIG names), or the plain index when the parent had none."""
-    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else []
-    if len(entries) == device_count and 0 <= index < len(entries):
-        return entries[index]
-    return str(index)
-
-
-def pin_xdist_worker_gpu(worker_id: str | None) -> int | None:
-    """Pin this xdist worker to its GPU (`torch.cuda.set_device`) when the machine has more than one;
-    child processes (isolated case runners) inherit a `CUDA_VISIBLE_DEVICES` naming that GPU only.
-    Returns the index, or None when nothing was pinned."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return None
-    if not torch.cuda.is_available():
-        return None
-    count = torch.cuda.device_count()
-    index = xdist_gpu_index(worker_id, count)
-    if index is None or count < 2:
-        return None
-    torch.cuda.set_device(index)  # initializes CUDA with the parent's view before the variable changes
-    os.environ["CUDA_VISIBLE_DEVICES"] = narrowed_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                                                  index, count)
-    return index
-
-
-# ---- JIT warm-up --------------------------------------------------------------------------------------
-_REPORTS = pytest.StashKey[list]()
-
-
-def warmup_enabled(config: pytest.Config) -> bool:
-    opt = config.getoption("--dflash-warmup")
-    return bool(opt) if opt is not None else bool(config.getini("dflash_warmup"))
-
-
-def session_lowerings(items: list[pytest.Item], selected: list[str]) -> list[str]:
-    """The lowerings a session will test: those its `parity_lowering` tests are parametrized over, plus
-    `--lowering` names; every registered lowering when neither names any."""
-    import lowerings
-
-    names: list[str] = []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        name = callspec.params.get("parity_lowering") if callspec is not None else None
-        if isinstance(name, str) and name not in names:
-            names.append(name)
-    for name in selected:
-        if name not in names:
-            names.append(name)
-    return names or lowerings.names()
-
-
-def _session_device(config: pytest.Config) -> str:
-    return config.getoption("--parity-device") or ("cuda" if _cuda()[0] else "cpu")
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    config = session.config
-    if not warmup_enabled(config) or config.option.collectonly:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any(f in getattr(item, "fixturenames", ()) for item in items for f in FIXTURES):
+        _use(config)
+    owns_gpu = config.stash.get(_OWNS_GPU, False) and _state(config).used
+    marked = [item for item in items if "parity_gpu" in item.keywords or (owns_gpu and "gpu" in item.keywords)]
+    if not marked:
         return
-    import lowerings
-    from parity.warmup import warm_up
+    from pytest import PytestDeprecationWarning
 
-    names = session_lowerings(session.items, config.getoption("--lowering"))
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    state: dict[str, Any] = {"started": False, "head": ""}
-
-    def progress(line: str) -> None:
-        if tr is None:
-            return
-        if not state["started"]:
-            state["started"] = True
-            tr.write("\n")
-        if line.endswith(" ..."):  # a run starts: its time follows on the same line
-            tr.write(line, flush=True)
-            state["head"] = line
-            return
-        head, state["head"] = state["head"], ""
-        tr.write((line[len(head):] if head and line.startswith(head) else line) + "\n", flush=True)
-
-    chosen = []
-    for n in names:
-        try:
-            chosen.append(lowerings.get(n))
-        except Exception:  # an unknown --lowering: the tests taking it report that themselves
-            continue
-    report = warm_up(chosen, None, _session_device(config), progress)
-    data = report.to_json()
-    config.stash[_REPORTS].append(("", data))
-    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints it
-        config.workeroutput[WARMUP_KEY] = data
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: object) -> None:
-    """pytest-xdist controller: keep each worker's warm-up report for the terminal summary."""
-    data = getattr(node, "workeroutput", {}).get(WARMUP_KEY)
-    if data is not None:
-        worker = getattr(getattr(node, "gateway", None), "id", "?")
-        node.config.stash.setdefault(_REPORTS, []).append((worker, data))
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    reports = config.stash.get(_REPORTS, [])
-    if not reports:
-        return
-    terminalreporter.write_sep("-", "dflash-parity JIT warm-up")
-    for worker, data in sorted(reports, key=lambda r: r[0]):
-        prefix = f"[{worker}] " if worker else ""
-        for line in data.get("lines", []):
-            bad = line.startswith("could not load") or "FAILED" in line
-            terminalreporter.write_line(prefix + line, red=bad)
+    ok, why = _cuda()
+    for item in marked:
+        if owns_gpu and item.get_closest_marker("gpu") is not None and item.get_closest_marker("parity_gpu") is None:
+            item.warn(PytestDeprecationWarning("dflash-parity: the `gpu` marker is deprecated, use `parity_gpu`"))
+        if not ok:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def _cuda() -> tuple[bool, str]:
@@ -208,107 +252,249 @@ def _cuda() -> tuple[bool, str]:
     return True, ""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    ok, why = _cuda()
-    if ok:
-        return
-    skip = pytest.mark.skip(reason=why)
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
-
-
+# ---- parametrization: lowerings, and shard items under xdist ----------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "parity_lowering" in metafunc.fixturenames:
         import lowerings
 
-        names = metafunc.config.getoption("--lowering") or lowerings.names()
-        metafunc.parametrize("parity_lowering", names, indirect=True)
+        config = metafunc.config
+        names = list(_state(config).config_().lowerings) or lowerings.names()
+        from parity.pytest_parts import lowering_params
+
+        metafunc.parametrize("parity_lowering", lowering_params(names, _xdist_workers(config)), indirect=True)
 
 
+# ---- fixtures ---------------------------------------------------------------------------------------
 @pytest.fixture
 def parity_lowering(request: pytest.FixtureRequest):
     import lowerings
 
-    return lowerings.get(request.param)
+    request.node.stash[_SHARD] = (str(request.param), getattr(request.param, "shard", None))
+    return lowerings.get(str(request.param))
 
 
 @pytest.fixture(scope="session")
 def parity_device(pytestconfig: pytest.Config) -> str:
-    dev = pytestconfig.getoption("--parity-device")
-    if dev:
-        return dev
-    return "cuda" if _cuda()[0] else "cpu"
+    from parity.session import default_device
+
+    return _state(pytestconfig).config_().device or default_device()
 
 
 @pytest.fixture(scope="session")
 def parity_policy(pytestconfig: pytest.Config):
-    from parity import policy
-
-    return policy.load(pytestconfig.getoption("--parity-tolerances"))
+    session = _state(pytestconfig).session_()
+    session.load(probe=False)
+    return session.policy
 
 
 @pytest.fixture(scope="session")
 def parity_profile(pytestconfig: pytest.Config) -> str:
-    return pytestconfig.getoption("--parity-profile") or ("ci" if os.environ.get("CI") else "dev")
-
-
-def _limit_overrides(config: pytest.Config) -> dict[str, Any]:
-    """`--parity-limit` as `strategies.Limits` field overrides; a bad one is a usage error naming it."""
-    from strategies import limit_overrides
-
-    try:
-        return limit_overrides(config.getoption("--parity-limit"))
-    except ValueError as err:
-        raise pytest.UsageError(str(err).replace("--limit", "--parity-limit", 1)) from None
+    return _state(pytestconfig).config_().profile
 
 
 @pytest.fixture
-def parity_check(parity_device, parity_policy, parity_profile, pytestconfig):
-    """`parity_check(lowering, max_examples=None, isolate=False, case_timeout=None, **case_fields)
-    -> LoweringReport`: the sweep `dflash-parity check` runs (the lowering's limits with the device's
-    production defaults, its boundary cases first unless `case_fields` fix some); skips when the lowering cannot run here,
-    fails with the shrunk case's verdict. `isolate=True` runs each case in a worker process (see
-    `parity.isolation`): a crash or a hang fails the test with the shrunk case instead of killing pytest
-    (the lowering must then be registered by name in a `--plugin` file or a built-in)."""
-    import lowerings
-    from parity.hooks import HookFailure
-    from parity.runner import RunOptions, check_lowering
-    from strategies import PROFILES, check_cases, profile_settings
+def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, pytestconfig):
+    """`parity_check(lowering, max_examples=None, isolate=None, case_timeout=None, **case_fields)
+    -> LoweringReport`: the sweep `dflash-parity check` runs (saved failures of `--parity-report` first,
+    the lowering's boundary cases unless `case_fields` fix some, then the drawn cases); skips when the
+    lowering cannot run here, fails with the shrunk case's verdict. `isolate` (default: `--parity-isolate`)
+    runs each case in a worker process (see `parity.isolation`): a crash or a hang fails the test with the
+    shrunk case instead of killing pytest (the lowering must then be registered by name in a
+    `--parity-plugin` file or a built-in). Under pytest-xdist a `parity_lowering` test checks its shard
+    item's share of the cases. The report is the session's (`--parity-report`, the terminal summary)."""
+    state = _state(pytestconfig)
+    _use(pytestconfig)
 
-    def run(lowering, max_examples: int | None = None, isolate: bool = False, case_timeout: float | None = None,
+    def run(lowering, max_examples: int | None = None, isolate: bool | None = None, case_timeout: float | None = None,
             **fixed):
+        from oracle.errors import InvalidInput
+        from parity.options import pytest_message
+        from parity.pytest_parts import failure_text, quiet_library_logs, record, work_dir
+        from parity.session import compose
+
+        session = state.session_()
+        try:
+            session.load(probe=False)
+        except (InvalidInput, ValueError) as err:
+            pytest.fail(pytest_message(str(err)), pytrace=False)
         ok, why = lowering.available(parity_device)
         if not ok:
             pytest.skip(f"{lowering.name} cannot run on {parity_device}: {why}")
-        try:  # its case_limits, dispatch_boundaries and supports hooks (the boundary cases), under the watchdog
-            plan = check_cases(lowering, parity_device, profile=parity_profile, overrides=_limit_overrides(pytestconfig),
-                               **fixed)
-        except HookFailure as hf:  # a BaseException: failed here, as check_lowering fails it, not the session
-            pytest.fail(f"{lowering.name} failed parity on {parity_device}: {hf.message}", pytrace=False)
-        s = profile_settings(parity_profile, max_examples=max_examples or pytestconfig.getoption("--parity-max-examples"))
-        opts = RunOptions(device=parity_device)
-        executor = None
-        if isolate:
-            from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
-            executor = IsolatedExecutor(plugins=pytestconfig.getoption("--plugin"),
-                                        tolerances=pytestconfig.getoption("--parity-tolerances"), opts=opts,
-                                        case_timeout=case_timeout or DEFAULT_CASE_TIMEOUT)
+        mine = request.node.stash.get(_SHARD, (None, None))
+        item = mine[1] if mine[0] == lowering.name else None
+        shard = compose(session.config.shard, item)
+        where = work_dir(session.report_dir, lowering.name, item)
         try:
-            rep = check_lowering(lowering, parity_policy, strategy=plan.strategy, boundaries=plan.boundaries,
-                                 settings=s, opts=opts, yardstick=lowerings.get("sdpa"),
-                                 target=PROFILES[parity_profile].target, executor=executor,
-                                 flaky_runs=PROFILES[parity_profile].flaky_runs)
-        finally:
-            if executor is not None:
-                executor.close()
+            with quiet_library_logs():
+                rep = session.check(lowering, shard=shard, work_dir=where, warm=False, max_examples=max_examples,
+                                    isolate=isolate, case_timeout=case_timeout, fixed=fixed)
+        except InvalidInput as err:  # a saved failure file that cannot be read, a case that is bad input
+            pytest.fail(pytest_message(str(err)), pytrace=False)
+        record(state.parts, lowering.name, item, rep)
+        if rep.interrupted:  # SIGINT: the partial report is kept; the session stops
+            raise KeyboardInterrupt
+        if rep.status == "unavailable":
+            pytest.skip(f"{lowering.name} cannot run on {parity_device}: {rep.reason}")
         if rep.status == "fail":
-            lines = [f"{lowering.name} failed parity on {parity_device}:"] + [f"  {n}" for n in rep.extra]
-            for f in rep.failures:
-                lines.append(f"  shrunk case: {f.outcome.case.short()}")
-                lines += [f"    - {m}" for m in f.outcome.failures]
-                lines.append(f"    case JSON: {f.outcome.case.to_json(indent=None)}")
-            pytest.fail("\n".join(lines), pytrace=False)
+            pytest.fail(failure_text(rep, parity_device), pytrace=False)
         return rep
 
     return run
+
+
+# ---- the session's report ---------------------------------------------------------------------------
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With `--parity-report`: the directory prepared, locked and marked in progress before any test (the
+    controller's under pytest-xdist; workers write under its lock)."""
+    config = session.config
+    state = _state(config)
+    if not state.used or _is_worker(config) or config.option.collectonly:
+        return
+    cs = state.session_()
+    if cs.report_dir is None:
+        return
+    from oracle.errors import InvalidInput
+    from parity.options import pytest_message
+
+    try:
+        state.held.enter_context(cs.holding_report_dir())
+        cs.load(probe=False)
+        cs.start_run()
+    except (InvalidInput, ValueError) as err:
+        state.held.close()
+        raise pytest.UsageError(pytest_message(str(err))) from None
+    state.began = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist controller: keep each worker's parity parts and warm-up report."""
+    out = getattr(node, "workeroutput", {})
+    state = _state(node.config)
+    if out.get(PARTS_KEY):
+        state.received += json.loads(out[PARTS_KEY])
+    data = out.get(WARMUP_KEY)
+    if data is not None:
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        state.warmups.append((worker, data))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from parity.pytest_parts import merged_report, part_records
+
+    config = session.config
+    state = _state(config)
+    if _is_worker(config):
+        if state.parts:
+            config.workeroutput[PARTS_KEY] = json.dumps(part_records(state.session, state.parts))
+        return
+    parts = (part_records(state.session, state.parts) if state.parts else []) + state.received
+    if not parts and not state.began:
+        return
+    state.session_().load(probe=False)
+    state.data, interrupted = merged_report(state.session, parts, _xdist_workers(config))
+    if not state.began:  # no report directory: the merged table in the terminal summary only
+        return
+    try:
+        state.data = state.session.write_parts(state.data, interrupted=interrupted)
+        state.session.end()
+        state.gate = state.session.gate()
+    finally:
+        state.held.close()
+    if state.gate is not None and not state.gate.passed and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None:
+        state.held.close()
+        if state.session is not None:
+            state.session.close()
+
+
+# ---- JIT warm-up ------------------------------------------------------------------------------------
+def session_lowerings(items: list[pytest.Item], selected: list[str]) -> list[str]:
+    """The lowerings a session will test: those its `parity_lowering` tests are parametrized over, plus
+    `--parity-lowering` names; every registered lowering when neither names any."""
+    import lowerings
+
+    names: list[str] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("parity_lowering") if callspec is not None else None
+        if isinstance(name, str) and str(name) not in names:
+            names.append(str(name))
+    for name in selected:
+        if name not in names:
+            names.append(name)
+    return names or lowerings.names()
+
+
+def warmup_enabled(config: pytest.Config) -> bool:
+    """Whether the session warms up (`--parity-warm-up`, the ini option `parity_warm_up`, or the old spellings)."""
+    return _state(config).config_().warm_up
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    state = _state(config)
+    if not state.used or config.option.collectonly or not warmup_enabled(config):
+        return
+    import lowerings
+    from parity.session import default_device
+    from parity.warmup import warm_up
+
+    names = session_lowerings(session.items, list(state.config_().lowerings))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    shown: dict[str, Any] = {"started": False, "head": ""}
+
+    def progress(line: str) -> None:
+        if tr is None:
+            return
+        if not shown["started"]:
+            shown["started"] = True
+            tr.write("\n")
+        if line.endswith(" ..."):  # a run starts: its time follows on the same line
+            tr.write(line, flush=True)
+            shown["head"] = line
+            return
+        head, shown["head"] = shown["head"], ""
+        tr.write((line[len(head):] if head and line.startswith(head) else line) + "\n", flush=True)
+
+    chosen = []
+    for n in names:
+        try:
+            chosen.append(lowerings.get(n))
+        except Exception:  # an unknown --parity-lowering: the tests taking it report that themselves
+            continue
+    data = warm_up(chosen, None, state.config_().device or default_device(), progress).to_json()
+    state.warmups.append(("", data))
+    if _is_worker(config):  # a pytest-xdist worker: the controller prints it
+        config.workeroutput[WARMUP_KEY] = data
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None:
+        return
+    if state.warmups:
+        terminalreporter.write_sep("-", "dflash-parity JIT warm-up")
+        for worker, data in sorted(state.warmups, key=lambda r: r[0]):
+            prefix = f"[{worker}] " if worker else ""
+            for line in data.get("lines", []):
+                bad = line.startswith("could not load") or "FAILED" in line
+                terminalreporter.write_line(prefix + line, red=bad)
+    if state.data is not None and state.data.get("lowerings"):
+        from parity.report import format_table, table_rows
+
+        terminalreporter.write_sep("-", "dflash-parity")
+        for line in format_table(table_rows(state.data)).splitlines():
+            terminalreporter.write_line(line)
+        if state.began:
+            terminalreporter.write_line(f"report ({state.data.get('verdict')}) in {state.session.report_dir}/ "
+                                        f"(parity.json, junit.xml, summary.md)")
+    if state.gate is not None:
+        terminalreporter.write_sep("-", "dflash-parity gate: " + ("pass" if state.gate.passed else "FAIL"))
+        for line in state.gate.markdown.splitlines():
+            terminalreporter.write_line(line, red=not state.gate.passed)

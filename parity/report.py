@@ -19,7 +19,9 @@ command}`.
      "git": {"commit": sha, "dirty": bool}|null,
      "settings": {"lowerings": [NAME], "device", "device_name", "profile", "seed", "derandomized",
         "max_examples", "hardening": bool, "isolation": bool, "case_timeout", "kernel_names_every",
-        "limits": [str], "jobs", "shards": [str], "warm_up", "allow_loose_bounds", "allow_nothing_judged"},
+        "limits": [str], "jobs", "shards": [str], "warm_up", "allow_loose_bounds", "allow_nothing_judged",
+        "shard": "I/S" (optional: --shard), "flaky_runs": int (optional)},
+     "merged_from": [{"report", "run_id", "shard"}] (optional: `dflash-parity merge`),
      "plugins": [{"path": str, "sha256": hex}],
      "policy": {"file": path, "sha256": hex, "max_margin_growth": float, "allow_loose_bounds": bool,
         "ceilings": {KEY: {DTYPE: float}},
@@ -33,7 +35,7 @@ command}`.
         "compiles": {kernel: int}, "compile_families": int, "max_compiles_in_a_family": int,
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
-        "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.runner.PHASES; optional),
+        "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
@@ -65,7 +67,8 @@ from xml.sax.saxutils import escape, quoteattr
 import torch
 
 from parity.drawn import summary_lines as drawn_summary_lines
-from parity.runner import LoweringReport, _jsonable
+from parity.outcome import (LoweringReport, example_line, failure_extras, failure_filename,  # noqa: F401
+                            failure_figures as _failure_figures, lowering_stem)
 
 SCHEMA = "dflash-parity/report"
 SCHEMA_VERSION = 2
@@ -101,20 +104,6 @@ def dumps(data: Any, indent: int = 2, _level: int = 0) -> str:
     return json.dumps(data)
 
 
-def example_line(case_json: dict[str, Any]) -> str:
-    """A ready `@example(...)` line that replays a case in a hypothesis test."""
-    return f"@example(case=Case.from_json_dict({json.dumps(case_json)}))"
-
-
-def lowering_stem(lowering: str) -> str:
-    """A lowering's name as a file name stem (its failure files are `<stem>-<n>.json`)."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
-
-
-def failure_filename(lowering: str, n: int) -> str:
-    return f"{lowering_stem(lowering)}-{n}.json"
-
-
 def file_sha256(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -138,62 +127,20 @@ def replay_command(failure_path: str | Path, args: list[str] | None = None) -> s
     return shlex.join(["dflash-parity", "repro", str(failure_path)] + list(args or []))
 
 
-def _failure_figures(outcome) -> dict[str, Any]:
-    """The failing case's own figures (main comparison, with its margin); {} when it crashed or raised."""
-    if outcome.main is None:
-        return {}
-    return _jsonable({**outcome.main.figures, "margin": outcome.margin})
-
-
 def to_json(reports: list[LoweringReport], *, device: str, profile: str, tolerances: str,
-            replay: list[str] | None = None, header: dict[str, Any] | None = None) -> dict[str, Any]:
+            replay: list[str] | None = None, header: dict[str, Any] | None = None,
+            family_counts: bool = False) -> dict[str, Any]:
     """Report data; `header` (parity.provenance.run_header) adds what the run checked; `replay`: the
-    options each failure's replay command needs (`replay_args`)."""
+    options each failure's replay command needs (`replay_args`); `family_counts`: each entry keeps its
+    per-family compile counts (a report that is one shard of a run, for `dflash-parity merge`)."""
     out: dict[str, Any] = {
         "schema": SCHEMA, "version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device, "profile": profile, "torch": torch.__version__, "tolerances": tolerances,
     }
     out.update(header or {})
-    out["lowerings"] = {}
-    for r in reports:
-        fails = []
-        for n, f in enumerate(r.failures, 1):
-            cj = f.outcome.case.to_json_dict()
-            fails.append({"file": f"failures/{failure_filename(r.lowering, n)}", "shrunk": f.shrunk, "case": cj,
-                          "failures": f.outcome.failures, "example": example_line(cj),
-                          "figures": _failure_figures(f.outcome), "replay_args": list(replay or []),
-                          **failure_extras(f)})
-        out["lowerings"][r.lowering] = _jsonable({
-            "status": r.status, "reason": r.reason, "cases": r.cases, "passed": r.passed,
-            "unsupported": r.unsupported, "judged": r.cases - r.unsupported, "calls_checked": r.calls_checked,
-            "seconds": round(r.seconds, 3),
-            "worst_margin": r.worst_margin,
-            "worst_case": r.worst.case.to_json_dict() if r.worst else None,
-            "worst_figures": r.worst.main.figures if r.worst and r.worst.main else {},
-            "worst_ulp": r.worst_ulp, "worst_ulp_case": r.worst_ulp_case.to_json_dict() if r.worst_ulp_case else None,
-            "worst_rel_l2": r.worst_rel_l2,
-            "worst_rel_l2_case": r.worst_rel_l2_case.to_json_dict() if r.worst_rel_l2_case else None,
-            "compiles": dict(r.compiles), "compile_families": len(r.compile_families),
-            "max_compiles_in_a_family": max(r.compile_families.values(), default=0), "max_compiles": r.max_compiles,
-            "classes": r.classes, "notes": list(r.extra), "failures": fails,
-            "phase_seconds": {k: round(v, 3) for k, v in r.phases.items()},
-            "bounds": {k: dict(v) for k, v in r.bounds.items()},
-            "drawn": r.drawn, "skipped": r.skipped,
-        })
+    out["lowerings"] = {r.lowering: r.to_json(replay, family_counts=family_counts) for r in reports}
     return out
-
-
-def failure_extras(f) -> dict[str, Any]:
-    """What re-running a failure showed (`runs`, `classification`) and the sanitizer's report, when known."""
-    extra: dict[str, Any] = {}
-    c = getattr(f, "classification", None)
-    if c is not None:
-        extra["runs"] = c.runs_line
-        extra["classification"] = c.to_json()
-    if getattr(f, "sanitizer", ""):
-        extra["sanitizer"] = f.sanitizer
-    return extra
 
 
 def note_unmatched(data: dict[str, Any], entries: list[str]) -> list[str]:
@@ -247,7 +194,8 @@ def write_progress(report_dir: str | Path, reports: list[LoweringReport], *, dev
 def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, device: str, profile: str,
                   tolerances: str, part: Path | None = None, amend_part=None, replay: list[str] | None = None,
                   plugins: dict[str, list[dict[str, str]]] | None = None,
-                  header: dict[str, Any] | None = None, policy_entries: list[str] | None = None) -> dict[str, Any]:
+                  header: dict[str, Any] | None = None, policy_entries: list[str] | None = None,
+                  family_counts: bool = False) -> dict[str, Any]:
     """Failure files (the lowerings' old ones removed), then `junit.xml`, `summary.md` and `parity.json`
     (stamped with its verdict, `parity.provenance.finish`); with `part` (a `--jobs` child), the failure
     files and the report data at `part` only (parity.jobs merges the parts), each entry passed through
@@ -257,7 +205,8 @@ def write_reports(report_dir: str | Path, reports: list[LoweringReport], *, devi
     from parity.provenance import finish
 
     d = Path(report_dir)
-    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay, header=header)
+    data = to_json(reports, device=device, profile=profile, tolerances=tolerances, replay=replay, header=header,
+                   family_counts=family_counts)
     if policy_entries is not None and part is None:
         note_unmatched(data, policy_entries)
     write_failure_files(d, reports, device=device, replay=replay, plugins=plugins)

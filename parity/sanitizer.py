@@ -99,7 +99,7 @@ def summary_line(text: str) -> str:
 
 def _read_all(result) -> None:
     """Read every tensor the lowering returned on the current stream, as the judge does."""
-    from parity.flakiness import result_parts
+    from parity.result_bits import result_parts
 
     for t in result_parts(result).values():
         if t is not None:
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     import lowerings
-    from parity.runner import RunOptions, prepare_inputs
+    from parity.invocation import RunOptions, prepare_inputs
 
     for plugin in args.plugin:
         lowerings.load_plugin(plugin)

@@ -3,17 +3,15 @@
 A lowering whose cases are dominated by per-process work that does not parallelize inside a process
 (`torch.compile` traces a new graph for each shape family it sees: about a second of dynamo per family)
 gets S child `check` processes instead of one. Shard `i` draws the very cases a serial run draws and
-runs those whose draw index is `i` modulo S (`parity.runner._sharded_run_case`), so the S shards of a
+runs those whose draw index is `i` modulo S (`parity.sweep.sharded_run_case`), so the S shards of a
 derandomized profile run each of the serial run's cases exactly once; a random profile's shards each draw
 their own. A shard that finds a failure shrinks it itself, judging every case hypothesis tries.
 
 Each shard writes its entry to `<report>/parts/<lowering>.shard-<i>-of-<S>.json` and works in its own
 directory next to it (its failure files, its case in flight), so shards never write the same file. Only
-shard 0 replays the lowering's saved failures. `merge_entries` makes one report entry of the shards':
-counts and phase times add up (with each shard's untimed `draw`), the worst figures are the worst of any shard, the wall time is the slowest
-shard's, failures and notes are kept (notes prefixed with their shard). Compile counts stay per process,
-as a deployment counts them: a family compiled in two shards is compiled at most `max_compiles` times
-in each, and the merged entry counts the distinct families over all shards. `collect_failures` moves the
+shard 0 replays the lowering's saved failures. `merge_entries` makes one report entry of the shards'
+(`parity.outcome.LoweringReport.merged`: counts add up, the worst figures are the worst of any shard,
+compile counts stay per process). `collect_failures` moves the
 shards' failure files into `<report>/failures/`, numbered as a serial run numbers them, and keeps the
 first case a dead shard left in flight for the next run's replay.
 
@@ -30,9 +28,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from oracle.errors import InvalidInput
+from parity.config import parse_shard  # noqa: F401  (`--shard I/S` -> (I, S))
+from parity.outcome import FAMILY_KEYS  # noqa: F401  (a part's {family: compilations}; merged away)
 
 MAX_SHARDS = 64
-FAMILY_KEYS = "compile_family_counts"  # a part's {repr(family): compilations}; merged away
 
 
 def parse_shards(values: Sequence[str], names: Sequence[str]) -> dict[str, int]:
@@ -57,16 +56,6 @@ def parse_shards(values: Sequence[str], names: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """A child's `--shard I/S` (0 <= I < S) -> (I, S)."""
-    i, _, n = text.partition("/")
-    try:
-        shard = int(i), int(n)
-    except ValueError:
-        shard = (-1, 0)
-    if not 0 <= shard[0] < shard[1]:
-        raise InvalidInput("--shard", f"expected I/S with 0 <= I < S, got {text!r}")
-    return shard
 
 
 def shard_label(name: str, shard: tuple[int, int] | None) -> str:
@@ -79,91 +68,35 @@ def shard_dir(report_dir: Path, stem: str, shard: tuple[int, int]) -> Path:
     return Path(report_dir) / "parts" / f"{stem}.shard-{shard[0]}-of-{shard[1]}"
 
 
-def _worst(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    return max(entries, key=lambda v: float(v.get(key) or 0.0) if not isinstance(v.get(key), str) else float("inf"))
+def merge_entries(entries: Sequence[dict[str, Any]], lowering: str = "") -> dict[str, Any]:
+    """One report entry from the entries of a lowering's shards (in shard order): `parity.outcome`'s one
+    merge (`LoweringReport.merged`)."""
+    from parity.outcome import merge_entries as merge
 
-
-def _counted(ran: Sequence[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
-    """The shards' `{name: {"cases": n, "why": str}}` tables under `key` (`bounds`, `skipped`) summed: the
-    cases add up, the first shard's reason stays."""
-    out: dict[str, dict[str, Any]] = {}
-    for v in ran:
-        for name, u in (v.get(key) or {}).items():
-            entry = out.setdefault(name, {"cases": 0, "why": u.get("why", "")})
-            entry["cases"] += int(u.get("cases", 0))
-    return out
-
-
-def merge_entries(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One report entry from the entries of a lowering's shards (in shard order)."""
-    entries = list(entries)
-    ran = [v for v in entries if v["status"] != "unavailable"]
-    if not ran:
-        return dict(entries[0])
-    statuses = {v["status"] for v in ran}
-    out = dict(max(ran, key=lambda v: int(v.get("cases", 0))))  # a shard that ran (not a lost one's stub)
-    out["status"] = "fail" if "fail" in statuses else "pass"
-    for key in ("cases", "passed", "unsupported", "judged", "calls_checked"):
-        out[key] = sum(int(v.get(key, 0)) for v in ran)
-    out["seconds"] = max(float(v.get("seconds", 0.0)) for v in ran)
-    w = _worst(ran, "worst_margin")
-    out.update(worst_margin=w["worst_margin"], worst_case=w["worst_case"], worst_figures=w["worst_figures"])
-    for key in ("worst_ulp", "worst_rel_l2"):
-        w = _worst(ran, key)
-        out[key], out[key + "_case"] = w[key], w[key + "_case"]
-    compiles: dict[str, int] = {}
-    classes: dict[str, dict[str, int]] = {}
-    phases: dict[str, float] = {}
-    families: dict[str, int] = {}
-    for v in ran:
-        for k, n in v.get("compiles", {}).items():
-            compiles[k] = compiles.get(k, 0) + n
-        for k, c in v.get("classes", {}).items():
-            cls = classes.setdefault(k, {"cases": 0, "failed": 0})
-            cls["cases"] += c["cases"]
-            cls["failed"] += c["failed"]
-        timed = 0.0
-        for k, x in v.get("phase_seconds", {}).items():
-            phases[k] = round(phases.get(k, 0.0) + float(x), 3)
-            timed += float(x)
-        if timed and float(v.get("seconds", 0.0)) > timed:  # each shard's untimed part, as phase_line counts it
-            phases["draw"] = round(phases.get("draw", 0.0) + float(v["seconds"]) - timed, 3)
-        for fam, n in v.get(FAMILY_KEYS, {}).items():
-            families[fam] = max(families.get(fam, 0), n)
-    out.update(compiles=compiles, classes=classes, phase_seconds=phases, bounds=_counted(ran, "bounds"))
-    if any("drawn" in v for v in ran):
-        from parity import drawn
-        out["drawn"] = drawn.merge([v.get("drawn") for v in ran])
-    skipped = _counted(ran, "skipped")
-    if skipped:
-        out["skipped"] = skipped
-    out["compile_families"] = len(families) if families else max(v.get("compile_families", 0) for v in ran)
-    out["max_compiles_in_a_family"] = max(v.get("max_compiles_in_a_family", 0) for v in ran)
-    out.pop(FAMILY_KEYS, None)
-    out["notes"] = [f"shard {n + 1}/{len(entries)}: {note}" for n, v in enumerate(entries) for note in v.get("notes", [])]
-    out["failures"] = [f for v in entries for f in v.get("failures", [])]
-    out["shards"] = len(entries)
-    return out
+    return merge(entries, lowering)
 
 
 def collect_failures(report_dir: Path, stem: str, entry: dict[str, Any], shard_dirs: Sequence[Path]) -> None:
-    """Move the shards' failure files into `<report>/failures/` as `<stem>-1.json`, `-2`, ... (replacing
-    this lowering's old ones), pointing `entry["failures"][*]["file"]` at them; keep the first case a
-    shard left in flight in `<report>/inflight/` for the next run's replay."""
+    """Move the failure files `entry["failures"]` names from the shards' directories into
+    `<report>/failures/` as `<stem>-1.json`, `-2`, ... in the entry's order (replacing this lowering's old
+    ones), pointing each `file` (and the file's own replay command) there, and remove the files the entry
+    no longer names (a case two shards shrank to: one failure); keep the first case a shard left in flight
+    in `<report>/inflight/` for the next run's replay."""
     fdir = Path(report_dir) / "failures"
     for old in fdir.glob(f"{stem}-*.json"):
         old.unlink()
-    moved: dict[str, str] = {}
-    n = 0
-    for d in shard_dirs:
-        for f in sorted((d / "failures").glob(f"{stem}-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
-            n += 1
-            new = f"failures/{stem}-{n}.json"
-            fdir.mkdir(parents=True, exist_ok=True)
-            os.replace(f, Path(report_dir) / new)
-            moved[f"{d.name}/failures/{f.name}"] = new
-    for fl in entry.get("failures", []):
-        fl["file"] = moved.get(fl.get("file", ""), fl.get("file", ""))
+    by_name = {f"{d.name}/failures/{f.name}": f for d in shard_dirs for f in (d / "failures").glob(f"{stem}-*.json")}
+    for n, fl in enumerate(entry.get("failures", []), 1):
+        src = by_name.get(fl.get("file", ""))
+        if src is None or not src.is_file():
+            continue
+        new = f"failures/{stem}-{n}.json"
+        fdir.mkdir(parents=True, exist_ok=True)
+        os.replace(src, Path(report_dir) / new)
+        fl["file"] = new
+        _point_replay_at(Path(report_dir) / new, fl.get("replay_args"))
+    for f in by_name.values():  # the same shrunk case from another shard: merged into one failure
+        f.unlink(missing_ok=True)
     inflight = Path(report_dir) / "inflight"
     for d in shard_dirs:
         for f in (d / "inflight").glob("*.json") if (d / "inflight").is_dir() else ():
@@ -172,11 +105,26 @@ def collect_failures(report_dir: Path, stem: str, entry: dict[str, Any], shard_d
                 shutil.move(str(f), inflight / f.name)
 
 
-def shard_part_entry(entry: dict[str, Any], work_dir: Path, family_counts: dict[tuple, int]) -> dict[str, Any]:
-    """A shard's part entry: its failure files named by shard directory (so `collect_failures` finds
-    them) and its per-family compile counts (so `merge_entries` counts distinct families)."""
+def _point_replay_at(path: Path, replay_args: Sequence[str] | None) -> None:
+    """The moved failure file's own replay command, naming where it is now."""
+    from parity.report import atomic_write, dumps, replay_command
+
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(saved, dict) and "replay" in saved:
+        saved["replay"] = replay_command(path, replay_args)
+        atomic_write(path, dumps(saved) + "\n")
+
+
+def shard_part_entry(entry: dict[str, Any], work_dir: Path | None, family_counts: dict[tuple, int]) -> dict[str, Any]:
+    """A part's entry: its failure files named by its shard directory `work_dir` (so `collect_failures`
+    finds them; None: they are in the report's own `failures/`) and its per-family compile counts (so
+    `merge_entries` counts distinct families)."""
     out = json.loads(json.dumps(entry))
-    for fl in out.get("failures", []):
-        fl["file"] = f"{work_dir.name}/{fl['file']}"
-    out[FAMILY_KEYS] = {repr(k): n for k, n in family_counts.items()}
+    if work_dir is not None:
+        for fl in out.get("failures", []):
+            fl["file"] = f"{work_dir.name}/{fl['file']}"
+    out[FAMILY_KEYS] = {k if isinstance(k, str) else repr(k): n for k, n in family_counts.items()}
     return out

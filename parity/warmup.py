@@ -175,8 +175,10 @@ def _candidates(lowering: Any, variant: Variant) -> list[Case]:
 
 
 def _keys(lowering: Any, case: Case, variant: Variant) -> tuple[str, ...]:
-    fn = getattr(lowering, "jit_modules", None)
-    if callable(fn):
+    from lowerings.protocol import optional_hook
+
+    fn = optional_hook(lowering, "jit_modules")
+    if fn is not None:
         return tuple(str(k) for k in fn(case))
     return (f"{getattr(lowering, 'name', lowering)} {variant.describe()}",)
 
@@ -189,8 +191,10 @@ def _limits_for(lowering: Any, cases_or_limits: Any, device: str):
                 return got
         else:
             return cases_or_limits
-    fn = getattr(lowering, "case_limits", None)
-    lim = fn(device) if callable(fn) else None
+    from lowerings.protocol import optional_hook
+
+    fn = optional_hook(lowering, "case_limits")
+    lim = fn(device) if fn is not None else None
     if lim is None:
         from strategies import Limits
         lim = Limits()
@@ -309,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import subprocess
     import sys
 
+    from parity import pool
+
     ap = argparse.ArgumentParser(prog="python -m parity.warmup", description=main.__doc__.splitlines()[0])
     ap.add_argument("lowerings", nargs="*", metavar="LOWERING", help="default: every lowering that can run here")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -348,19 +354,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     base = [sys.executable, "-m", "parity.warmup", "--device", args.device, *[x for p in args.plugin for x in ("--plugin", p)],
             *[x for t in args.limit for x in ("--limit", t)], *[u for u in args.lowerings]]
-    pending, running, failed = list(range(len(units))), {}, 0
-    while pending or running:
-        while pending and len(running) < args.jobs:
-            i = pending.pop(0)
-            say(units[i].head() + " ... (started)")
-            running[i] = subprocess.Popen([*base, "--unit", str(i)], stdout=subprocess.PIPE, text=True)
-        for i in list(running):
-            code = running[i].poll()
-            if code is not None:
-                out = running.pop(i).communicate()[0].strip()
-                failed += code != 0
-                say(out or f"{units[i].head()} ... could not load: the warm-up process exited with code {code}")
-        time.sleep(0.2)
+    procs: dict[int, subprocess.Popen] = {}
+    failed = 0
+
+    def start(i: int) -> subprocess.Popen:
+        say(units[i].head() + " ... (started)")
+        procs[i] = subprocess.Popen([*base, "--unit", str(i)], stdout=subprocess.PIPE, text=True, **pool.child_kwargs())
+        return procs[i]
+
+    def done(i: int, code: int, seconds: float) -> None:
+        nonlocal failed
+        out = procs.pop(i).communicate()[0].strip()
+        failed += code != 0
+        say(out or f"{units[i].head()} ... could not load: the warm-up process exited with code {code}")
+
+    pool.run_pool(list(range(len(units))), start, args.jobs, done)
     for name, why in not_warmed:
         say(f"warm-up: not warmed: {name}: {why}")
     say(f"warm-up on {args.device}: {len(units)} unit(s) in {args.jobs} processes, {time.perf_counter() - t0:.1f} s"

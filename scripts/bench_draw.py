@@ -16,6 +16,7 @@ import time
 from hypothesis import given
 
 import lowerings
+from lowerings.protocol import optional_hook
 from strategies import cases, profile_settings
 
 LOWERINGS = ("decode_rows[flashinfer]", "windowed_merge[flashinfer-eager]", "hybrid_paged", "context")
@@ -26,7 +27,8 @@ def main(n: int = 150) -> None:
     t0 = time.perf_counter()
     for name in LOWERINGS:
         lw = lowerings.get(name)
-        limits = lw.case_limits("cuda") if callable(getattr(lw, "case_limits", None)) else None
+        fn = optional_hook(lw, "case_limits")
+        limits = fn("cuda") if fn is not None else None
 
         @profile_settings("gpu", max_examples=n)
         @given(case=cases(lw, limits=limits))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The false-alarm sweep: N cases per correct lowering (default 2000), random draws with a fixed seed,
-# targeted at the worst ulp error (nightly profile). Writes docs/false-alarm-sweep.md from the report.
+# targeted at the worst ulp error (nightly profile). Writes docs/lab/false-alarm-sweep.md from the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}

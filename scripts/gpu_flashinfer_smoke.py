@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU smoke run of the flashinfer lowerings (lowerings/flashinfer_paged.py) on one CUDA GPU.
+"""GPU smoke run of the flashinfer lowerings (lowerings/flashinfer/) on one CUDA GPU.
 
 For each flashinfer adapter, a handful of fixed cases (B in {1, 32, 33}, K in {1, 3, 7}, G in {1, 4, 8}
 (+6, 5), L in {0, 15, 16, 17, 300}, NHD/HND, bf16 and fp8 KV with scales 0.5/2.0, windows for the
@@ -42,7 +42,7 @@ ensure_interpreter_on_cpu()  # only where torch sees no GPU (the --selftest-fake
 import torch  # noqa: E402
 
 import lowerings  # noqa: E402
-from lowerings import flashinfer_paged as fp  # noqa: E402
+from lowerings import flashinfer as fp  # noqa: E402
 from oracle.inputs import materialize  # noqa: E402
 from parity import policy as policy_mod  # noqa: E402
 from parity.runner import RunOptions, run_case  # noqa: E402
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     lowerings.names()  # built-ins first
-    fp.register_all()
+    lowerings.registry.register_new(fp.adapters())
     names = [n for n in ORDER if n in fp.ADAPTER_NAMES]
     names += [n for n in fp.ADAPTER_NAMES if n not in names]
     if args.only:

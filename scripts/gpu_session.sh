@@ -38,8 +38,8 @@ if [[ $STEPS == *tests* ]]; then
     --junitxml="$OUT/pytest-junit.xml" ${PYTEST_EXTRA:-} 2>&1 | tail -60
 fi
 if [[ $STEPS == *warmup* ]]; then
-  echo "== pytest tests/test_parity.py -k flashinfer --dflash-warmup (JIT warm-up through the plugin)"
-  timeout ${WARMUP_TIMEOUT:-120} python3 -m pytest tests/test_parity.py -k flashinfer --dflash-warmup --parity-device cuda \
+  echo "== pytest tests/test_parity.py -k flashinfer --parity-warm-up (JIT warm-up through the plugin)"
+  timeout ${WARMUP_TIMEOUT:-120} python3 -m pytest tests/test_parity.py -k flashinfer --parity-warm-up --parity-device cuda \
     --parity-max-examples 5 -q -rs -p no:cacheprovider 2>&1 | tail -40
 fi
 if [[ $STEPS == *oracle* ]]; then

@@ -19,7 +19,7 @@ so they run before the first random case of every run:
 Every other field is the simplest one (what shrinking lands on): one KV head, group 1, the limits' first
 head dim and dtype, 16-token pages, NHD, dense block storage, pages in order, plain values (request `b`
 keyed `b`: the requests of a batch hold different values). A case the lowering
-cannot express is repaired like a drawn one (`strategies._cases._repair`), or left out (a window case:
+cannot express is repaired like a drawn one (`strategies._cases.repair`), or left out (a window case:
 its window is what it tests).
 """
 
@@ -45,12 +45,11 @@ def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
     `t + 1`), validated; `{}` when it declares none. A malformed declaration is an `InvalidInput` naming
     the lowering and what is expected."""
-    fn = getattr(lowering, "dispatch_boundaries", None)
-    if not callable(fn):
-        return {}
     from parity import hooks
 
-    got = hooks.call(lowering, "dispatch_boundaries")  # under the hook watchdog: raises HookFailure
+    got = hooks.call_optional(lowering, "dispatch_boundaries", default={})  # under the hook watchdog
+    if got == {}:
+        return {}
     where = f"lowering {getattr(lowering, 'name', lowering)!r}: dispatch_boundaries()"
     if not isinstance(got, dict):
         raise InvalidInput(where, f"a dict {{field: (int, ...)}} with fields in {DISPATCH_FIELDS}, got {got!r}")
@@ -141,18 +140,18 @@ def _boundary_params(lowering: Any, limits: Any) -> list[tuple[dict[str, Any], s
 
 def boundary_cases(lowering: Any, limits: Any) -> list[Boundary]:
     """The boundary cases `lowering` supports (repaired like drawn cases), distinct, in order."""
-    from strategies._cases import _repair, _supported, build_case
+    from strategies._cases import repair, is_supported, build_case
 
     def make(p: dict[str, Any] | None) -> Case | None:
         if p is None:
             return None
-        return _repair(p, lowering) if lowering is not None else build_case(p)
+        return repair(p, lowering) if lowering is not None else build_case(p)
 
     seen: dict[str, Boundary] = {}
     for p, label, other in boundary_params(lowering, limits):
         if p["window"][0] == "noncausal_swa" and p["block_size"] > 1:  # the window is the point: never repaired
             case = build_case(p)
-            if lowering is not None and not _supported(lowering, case):
+            if lowering is not None and not is_supported(lowering, case):
                 continue
         else:
             case = make(p)

@@ -21,6 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from oracle.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
@@ -31,7 +32,7 @@ KV_HEADS = (1, 2, 3)
 HEAD_DIMS = (64, 128)
 PAGE_SIZES = (16, 1, 4, 32, 64, 2, 3)  # 3: not a power of two (lowerings that need one must say so)
 FP8_SCALES = (0.5, 2.0, 0.25, 4.0)
-DISPATCH_THRESHOLD = 32
+DISPATCH_THRESHOLD = DECODE_ROWS_MAX_BATCH  # both sides of seed 002's dispatch are special batch sizes
 WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
 
 
@@ -174,7 +175,7 @@ def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
 
 @functools.lru_cache(maxsize=64)
 def _pool_order(num_pages: int, perm_seed: int) -> tuple[int, ...]:
-    """The pool's page ids permuted by `perm_seed` (0: in order). Cached: `_repair` builds up to a few
+    """The pool's page ids permuted by `perm_seed` (0: in order). Cached: `repair` builds up to a few
     dozen candidates of one draw, mostly with the same pool."""
     ids = list(range(num_pages))
     if perm_seed:
@@ -219,24 +220,24 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 )
 
 
-def _supported(lowering: Any, case: Case) -> bool:
+def is_supported(lowering: Any, case: Case) -> bool:
     """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.hooks.call`): a supports()
     that raises, exits or loops raises HookFailure, which ends the lowering's check (not the run)."""
     return hooks.call(lowering, "supports", case, case=case) is None
 
 
-def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
+def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
     """The case of `p`, or of the first repair of it `lowering` supports; `refit(q)` (a production draw's
     budget, `strategies._production.fit_budget`) applies to each repaired candidate."""
     make = build_case if refit is None else (lambda q: build_case(refit(q)))
     case = build_case(p)
-    if lowering is None or _supported(lowering, case):
+    if lowering is None or is_supported(lowering, case):
         return case
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
             q = dict(p, **{key: alt})
             cand = make(q)
-            if _supported(lowering, cand):
+            if is_supported(lowering, cand):
                 return cand
     # Two fields at once (e.g. window and page size) as a last resort.
     for key1, alts1 in _REPAIRS:
@@ -246,7 +247,7 @@ def _repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
             for a1 in alts1:
                 for a2 in alts2:
                     cand = make(dict(p, **{key1: a1, key2: a2}))
-                    if _supported(lowering, cand):
+                    if is_supported(lowering, cand):
                         return cand
     return None
 
@@ -311,4 +312,4 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a production case: fit it again
         return fit_budget(q, lim) if "pool_elements" in q else q
 
-    return _case_params(lim, fixed).map(lambda p: _repair(p, lowering, refit)).filter(lambda c: c is not None)
+    return _case_params(lim, fixed).map(lambda p: repair(p, lowering, refit)).filter(lambda c: c is not None)

@@ -36,8 +36,7 @@ def limits_for(lowering: Any, device: str, *, profile: str | None = None,
     """`lowering.case_limits(device)` (or `Limits()`; asked under the hook watchdog, `parity.hooks.call`: a
     hook that raises or hangs raises HookFailure), `overrides` (`--limit`) applied, then the production
     fields still None set from `profile`'s defaults and the device's (see the module docstring)."""
-    fn = getattr(lowering, "case_limits", None) if lowering is not None else None
-    lim = (hooks.call(lowering, "case_limits", device) if callable(fn) else None) or Limits()
+    lim = (hooks.call_optional(lowering, "case_limits", device) if lowering is not None else None) or Limits()
     lim = with_overrides(lim, overrides or {}) or lim
     return resolve(lim, device, PROFILES.get(profile) if profile else None)
 

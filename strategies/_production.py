@@ -41,7 +41,7 @@ POOL_TARGETS = (2**31, 2**32)  # pool elements a padded pool passes (int32 offse
 MAX_CASE_PAGES = 1 << 20  # pages a drawn case may list (its page lists are Python tuples)
 # A draw is a production one unless `integers(0, PRODUCTION_ODDS)` gives 0: 2 in 3 nominally. hypothesis
 # favours its simplest choices (0: the small shapes), so about half the cases come out production ones
-# and a third to a half reach past 4096 keys (`scripts/draw_distribution.py`, docs/production-scale.md).
+# and a third to a half reach past 4096 keys (`scripts/draw_distribution.py`, docs/lab/production-scale.md).
 PRODUCTION_ODDS = 2
 
 # Defaults per device type, for limits fields left None (see `resolve`).

@@ -1,5 +1,8 @@
-"""Hypothesis profiles of dflash-parity, by name: `dev`, `ci`, `gpu`, `nightly`, `scale`.
+"""Hypothesis profiles of dflash-parity, by name: `quick`, `dev`, `ci`, `gpu`, `nightly`, `scale`.
 
+- `quick`: the first five minutes (`scripts/dev check`): every lowering, its boundary cases and a few
+  derandomized draws; about two minutes for the CPU lowerings on two cores. The full `ci` sweep is
+  `--profile ci`.
 - `dev`: quick local runs, random, the local example database.
 - `ci`: derandomized (the same cases every run), no deadline, no database: CI is deterministic.
 - `gpu`: more cases per lowering on a GPU runner, derandomized.
@@ -40,6 +43,8 @@ class Profile:
 
 
 PROFILES = {
+    "quick": Profile("quick", 4, True, False, "a first look: the boundary cases and a few derandomized draws",
+                     flaky_runs=4),
     "dev": Profile("dev", 40, False, False, "quick local runs, random draws", flaky_runs=4),
     "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database", flaky_runs=4),
     "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized", flaky_runs=8),

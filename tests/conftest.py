@@ -5,18 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lowerings
 from lowerings import registry
 
 
 @pytest.fixture
 def restore_registry():
     """The lowering registry as it was before the test (plugins a test loads are dropped after it)."""
-    lowerings.names()  # built-ins loaded before the snapshot
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+    with registry.restored():
+        yield
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""GPU mutants: each one realistic bug (BUGS.md), run on a CUDA GPU only. The flashinfer adapters' mutants,
+"""GPU mutants: each one realistic bug (docs/bugs.md), run on a CUDA GPU only. The flashinfer adapters' mutants,
 and a lowering that returns before the work it launched on a side stream is done (`tests/gpu_mutants_plugin.py`
 registers them all for a `check --plugin` run and the stream sanitizer's replay)."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
+from lowerings.flashinfer import base as fp_base, windowed_merge as fp_merge
 from lowerings.triton_hybrid import HybridPaged
 from lowerings.protocol import BASE_2, LoweringResult, Partial
 from lowerings.merges import merges_future_block_keys
@@ -27,12 +28,12 @@ class MergeStateNaturalLse(fp.FlashinferWindowedMerge):
         self.name = "gpu-mutant:merge_state_natural_lse"
 
     def run(self, inputs):
-        orig = fp.LN2
-        fp.LN2 = 1.0  # the bug: no conversion of part B's LSE to base 2
+        orig = fp_merge.LN2
+        fp_merge.LN2 = 1.0  # the bug: no conversion of part B's LSE to base 2
         try:
             return super().run(inputs)
         finally:
-            fp.LN2 = orig
+            fp_merge.LN2 = orig
 
 
 class PartAAnchoredAtBlockEnd(fp.FlashinferWindowedMerge):
@@ -57,7 +58,7 @@ class WorkspaceForBRows(fp.FlashinferDecodeRows):
 
     def decode_wrapper(self, inputs, tensor_cores):
         c = inputs.case
-        fi = fp._fi()
+        fi = fp.flashinfer_module()
         rows = c.batch_size  # the bug: B, not B*K
         size = rows * c.num_q_heads * (c.head_dim * 4 + 4) * 2 + (1 << 16)
         return fi.BatchDecodeWithPagedKVCacheWrapper(torch.zeros(size, dtype=torch.uint8, device=inputs.device),
@@ -122,17 +123,17 @@ class Fp8ScalesSwappedFlashinfer(fp.FlashinferDecodeRows):
         self.name = "gpu-mutant:fp8_scales_swapped"
 
     def run(self, inputs):
-        orig = fp._kv_scale_kwargs
+        orig = fp_base.kv_scale_kwargs
 
         def swapped(case):
             got = orig(case)
             return {"k_scale": got["v_scale"], "v_scale": got["k_scale"]} if got else got
 
-        fp._kv_scale_kwargs = swapped  # the bug
+        fp_base.kv_scale_kwargs = swapped  # the bug (the name the call sequences read)
         try:
             return super().run(inputs)
         finally:
-            fp._kv_scale_kwargs = orig
+            fp_base.kv_scale_kwargs = orig
 
 
 class _DispatchAt(fp.FlashinferDecodeRows):

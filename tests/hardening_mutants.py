@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from lowerings import _paged, counters
+from lowerings import counters, paged
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Context, Sdpa
 from oracle.inputs import Inputs
@@ -62,8 +62,8 @@ class ReadsPageTail(Sdpa):
             keys, vals = [], []
             for t in (t_ctx, t_tail):
                 pid = inputs.page_table[b].to(torch.long)[t // ps]
-                keys.append(_paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype))
-                vals.append(_paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype))
+                keys.append(paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype))
+                vals.append(paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype))
             k = torch.cat([keys[0], inputs.k_block[b], keys[1]]).float().transpose(0, 1).repeat_interleave(G, 0)
             v = torch.cat([vals[0], inputs.v_block[b], vals[1]]).float().transpose(0, 1).repeat_interleave(G, 0)
             q = inputs.q[b].float().transpose(0, 1)  # [Hq, K, D]
@@ -186,8 +186,8 @@ class StaleRunningMax(Sdpa):
             counters.record("torch.sdpa")
             t = torch.arange(L, device=dev)
             pid = inputs.page_table[b].to(torch.long)[t // ps]
-            k_ctx = _paged._read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
-            v_ctx = _paged._read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
+            k_ctx = paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
+            v_ctx = paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
             k = torch.cat([k_ctx, inputs.k_block[b]]).float().transpose(0, 1).repeat_interleave(G, 0)
             v = torch.cat([v_ctx, inputs.v_block[b]]).float().transpose(0, 1).repeat_interleave(G, 0)
             pos = L + torch.arange(K, device=dev).view(-1, 1)
@@ -254,7 +254,7 @@ class AppendSpills(Context):
     def run(self, inputs: Inputs) -> LoweringResult:
         c = inputs.case
         if c.block_storage == "dense":
-            _paged.append_paged_kv(inputs.k_pool, inputs.v_pool, inputs.page_table, list(inputs.context_lens_host),
+            paged.append_paged_kv(inputs.k_pool, inputs.v_pool, inputs.page_table, list(inputs.context_lens_host),
                                    inputs.k_block, inputs.v_block, layout=c.layout, page_size=c.page_size,
                                    k_scale=c.k_scale, v_scale=c.v_scale)
             cols = inputs.page_table.shape[1]
@@ -265,7 +265,7 @@ class AppendSpills(Context):
                     (pool[page, t % c.page_size] if c.layout == "NHD" else pool[page, :, t % c.page_size]).zero_()
         counters.record("torch.paged_prefill", rows=c.batch_size * c.block_size)
         kv_lens = [L + c.block_size for L in inputs.context_lens_host]
-        out, lse2 = _paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
+        out, lse2 = paged.paged_attention(inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, kv_lens,
                                            layout=c.layout, page_size=c.page_size, scale=c.softmax_scale,
                                            window_left=c.window[0], causal=False, k_scale=c.k_scale, v_scale=c.v_scale)
         return LoweringResult(out=out, lse=lse2)

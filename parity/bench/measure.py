@@ -2,8 +2,8 @@
 
 A lowering's measurement, in order: `available(device)` (else "unavailable"), the memory estimate
 (else "skipped: needs X GiB"), `supports(case)` (else "unsupported"); then on the first input set one
-eager `run` through `parity.runner`'s call wrapper (kernel counters, exceptions turned into failures)
-judged against the oracle by `parity.runner.judge_result` with the lowering's tolerance from the
+eager `run` through `parity.invocation.call_lowering` (kernel counters, exceptions turned into failures)
+judged against the oracle by `parity.case_run.judge_result` with the lowering's tolerance from the
 policy (LSE base converted at the boundary, partials checked, no yardstick: bench does not run the
 per-request SDPA), plus the declared kernel calls; then the timing (`prepare` + CUDA graphs where the
 lowering has `prepare`, else `run` eagerly); then the output the timed graphs computed for the first
@@ -22,14 +22,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from lowerings import counters
-from lowerings.protocol import Lowering, LoweringResult
+from lowerings.protocol import Lowering, LoweringResult, optional_attribute, optional_hook
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs
 from parity.bench import timing as tm
 from parity.bench.shapes import GiB, PoolKeeper, Shape, build_sets, memory_reason, set_case
 from parity.policy import Policy
-from parity.runner import CaseOutcome, LoweringError, _call, judge_result, tolerance_for
+from parity.case_run import judge_result, tolerance_for
+from parity.invocation import LoweringError, call_lowering
+from parity.outcome import CaseOutcome
 
 OK, UNAVAILABLE, UNSUPPORTED, SKIPPED, ERROR = "ok", "unavailable", "unsupported", "skipped", "error"
 FORCE_ROWS_THRESHOLD = 1 << 40  # a dispatch threshold no batch reaches: the rows form at every B
@@ -193,7 +195,7 @@ def force_rows(lowering: Lowering) -> Lowering:
     """A copy of a dispatching decode-rows lowering (`threshold` attribute: rows when `B <= threshold`)
     that takes the rows form at every batch size; the registered object is left as it is. A lowering
     without a `threshold` is returned unchanged."""
-    if not hasattr(lowering, "threshold"):
+    if optional_attribute(lowering, "threshold") is None:
         return lowering
     import copy
 
@@ -251,7 +253,7 @@ def eager_verdict(env: BenchEnv, lowering: Lowering, inputs: Inputs, ref: refere
     """One `run(inputs)` judged, kernel calls included. Returns the verdict and the result (None if it raised)."""
     outcome = CaseOutcome(lowering.name, inputs.case, "pass")
     try:
-        result = _call(lowering, inputs, outcome)
+        result = call_lowering(lowering, inputs, outcome)
     except LoweringError as err:
         return Verdict(False, math.inf, [str(err)], lowering.name), None
     v = judge(env, lowering, inputs, result, ref)
@@ -337,8 +339,8 @@ def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: st
             return m
         del eager_result
         note, fns, flush = "", None, run.flush
-        prep = getattr(lowering, "prepare", None)
-        if callable(prep):
+        prep = optional_hook(lowering, "prepare")
+        if prep is not None:
             try:
                 shared = lowering.name in env.single_set
                 fns = [prep(s) for s in (sets[:1] if shared else sets)]

@@ -7,19 +7,17 @@ batch and heads, with a window under which the merge happens.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
+from oracle.rules import LN2
 from oracle import reference
 from oracle.inputs import materialize, torch_dtype
 from parity.bench import measure as ms
 from parity.bench.shapes import Shape, small_case
 from parity.bench.tables import Row, Table, cell_from, row_parity, timing_notes
-
-LN2 = math.log(2.0)
 
 
 @dataclass
@@ -81,7 +79,7 @@ def _torch_form(name: str) -> Callable[[MergeTensors, float, int], Callable[[], 
 def _flashinfer_available(device: str) -> tuple[bool, str]:
     if device != "cuda":
         return False, f"flashinfer runs on cuda only, not {device}"
-    from lowerings.flashinfer_paged import flashinfer_status
+    from lowerings.flashinfer import flashinfer_status
     return flashinfer_status()
 
 

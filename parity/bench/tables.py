@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from lowerings.protocol import Lowering
+from oracle.rules import DECODE_ROWS_MAX_BATCH
 from parity.bench import measure as ms
 from parity.bench.shapes import Shape
 
-DISPATCH_THRESHOLD = 32  # seed 002's: decode rows when B <= 32, the context form above
+DISPATCH_THRESHOLD = DECODE_ROWS_MAX_BATCH  # seed 002's: decode rows when B <= 32, the context form above
 
 
 # ---- table model ------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests of the flashinfer adapters (lowerings/flashinfer_paged.py).
+"""Tests of the flashinfer adapters (lowerings/flashinfer/).
 
 CPU part: the module imports without flashinfer; every adapter satisfies the protocol, says why it
 cannot run on a CPU (and trtllm-gen why it needs SM100), gives the right `supports()` reasons and
@@ -8,12 +8,11 @@ the merges, the counters) runs end to end through `run_case` on CPU against a *f
 written here from flashinfer's documented semantics (base-2 LSE, `last_page_len`, bottom-right
 aligned queries, `window_left`, `k_scale` folded into `sm_scale`, `v_scale` on the output).
 
-GPU part (`@pytest.mark.gpu`): a few cases through the real flashinfer kernels.
+GPU part (`@pytest.mark.parity_gpu`): a few cases through the real flashinfer kernels.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import sys
 import types
@@ -22,7 +21,7 @@ import pytest
 import torch
 
 import lowerings
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 from lowerings import registry
 from lowerings.protocol import protocol_violations
 from parity import policy as policy_mod
@@ -64,15 +63,14 @@ def case(**kw):
 
 def test_module_imports_and_registers_without_flashinfer(monkeypatch, restore_registry):
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # `import flashinfer` now raises ImportError
-    mod = importlib.reload(fp)
-    ok, why = mod.flashinfer_status()
+    ok, why = fp.flashinfer_status()
     assert not ok and "flashinfer is not importable" in why
-    for name in mod.ADAPTER_NAMES:
+    for name in fp.ADAPTER_NAMES:
         registry.unregister(name)
-    added = mod.register_all()
-    assert sorted(added) == sorted(mod.ADAPTER_NAMES)
-    assert mod.register_all() == []  # idempotent
-    for name in mod.ADAPTER_NAMES:
+    added = registry.register_new(fp.adapters())
+    assert sorted(added) == sorted(fp.ADAPTER_NAMES)
+    assert registry.register_new(fp.adapters()) == []  # idempotent
+    for name in fp.ADAPTER_NAMES:
         assert lowerings.get(name).name == name
 
 
@@ -531,7 +529,7 @@ GPU_CASES = [
 ]
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 @pytest.mark.parametrize("name,kw", GPU_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(GPU_CASES)])
 def test_gpu_real_flashinfer(name, kw):
     _need_flashinfer()
@@ -545,7 +543,7 @@ def test_gpu_real_flashinfer(name, kw):
     assert out.calls == adapter.expected_calls(c)
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_gpu_trtllm_gen_never_attempted_off_blackwell():
     if torch.cuda.get_device_capability()[0] == 10:
         pytest.skip("SM100-family GPU: trtllm-gen may run here")

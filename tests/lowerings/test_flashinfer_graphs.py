@@ -1,8 +1,8 @@
-"""CUDA-graph capture and replay of the flashinfer adapters' `prepare()` (lowerings/flashinfer_paged.py).
+"""CUDA-graph capture and replay of the flashinfer adapters' `prepare()` (lowerings/flashinfer/).
 
 One scenario driver, two backends:
 
-- GPU (`@pytest.mark.gpu`, real flashinfer): `prepare(inputs)`, one warm-up call, capture in a
+- GPU (`@pytest.mark.parity_gpu`, real flashinfer): `prepare(inputs)`, one warm-up call, capture in a
   `torch.cuda.CUDAGraph`; then, per scenario, new context lengths and rotated page-table rows (the pool
   holding the same logical keys at other pages) are written into the captured tensors in place and
   `prepare` re-plans into the same fixed buffers; the replay must equal, bit for bit, an eager call of
@@ -24,7 +24,7 @@ import torch
 
 import lowerings
 from lowerings import counters
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
@@ -338,7 +338,7 @@ def test_graph_wrapper_checks_the_constructor():
             pass
 
     with pytest.raises(NotImplementedError, match="paged_kv_indptr_buffer"):
-        fp._graph_wrapper(OldWrapper, torch.zeros(1, dtype=torch.uint8), "NHD",
+        fp.graph_wrapper(OldWrapper, torch.zeros(1, dtype=torch.uint8), "NHD",
                           {"paged_kv_indptr_buffer": torch.zeros(2)})
 
 
@@ -404,7 +404,7 @@ def _need(name: str) -> None:
 GPU_CASES = [(n, lo) for n in GRAPH_SAFE for lo in ("NHD", "HND")]
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 @pytest.mark.parametrize("name,layout", GPU_CASES, ids=[f"{n}-{lo}" for n, lo in GPU_CASES])
 def test_gpu_cuda_graph_replay(name, layout):
     _need(name)
@@ -414,7 +414,7 @@ def test_gpu_cuda_graph_replay(name, layout):
     print(f"{name} {layout}: {seen}")
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_gpu_cuda_graph_replay_decode_rows_above_threshold():
     name = "decode_rows[flashinfer]"
     _need(name)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.parity_gpu
 
 
 @pytest.mark.parametrize("key", ["merge_state_natural_lse", "part_a_block_end", "workspace_b_rows", "fa3_silently_fa2"])

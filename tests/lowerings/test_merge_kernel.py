@@ -1,4 +1,4 @@
-"""Tests of the one-kernel merge of future block keys (lowerings/_merge_kernel.py), SEMANTICS.md 4.3.
+"""Tests of the one-kernel merge of future block keys (lowerings/_merge_kernel.py), docs/semantics.md 4.3.
 
 Without CUDA the kernel runs under TRITON_INTERPRET=1 on CPU tensors (set before triton is imported);
 with a GPU the same tests run the compiled kernel. The reference is fp64 torch written here.

@@ -3,7 +3,7 @@
 Triton compiles a variant of a kernel for each combination of its constexprs and, for every integer
 argument it specializes on, whether the value is 1 or divisible by 16. A value that follows the batch
 (the longest context, the page table's width, the split count) must therefore never be specialized on,
-or serving recompiles as batches change (BUGS.md, "a recompile per batch size"; found on the H200 for
+or serving recompiles as batches change (docs/bugs.md, "a recompile per batch size"; found on the H200 for
 the hybrid kernel's `max_ctx` and page-table stride, docs/gpu run 7). Here every launch of the hybrid
 kernels and of the oracle's kernel is recorded over drawn cases (the interpreter runs them), and within
 one shape family each specialized integer argument must fall in one class.
@@ -105,7 +105,7 @@ def test_oracle_kernel_compiles_once_per_family(monkeypatch):
     from oracle import _fast_kernel as fk
 
     log, family = [], [None]
-    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+    monkeypatch.setattr(fk, "ORACLE_KERNEL", Recorder("_oracle_kernel", fk.ORACLE_KERNEL, log, family))
 
     @SETTINGS
     @given(case=cases(limits=Limits(max_context=300), head_dim=64, dtype="bfloat16", kv_dtype="bfloat16",
@@ -149,7 +149,7 @@ def test_the_oracle_check_sees_a_value_specialized_on(monkeypatch):
     from tests.oracle.oracle_cases import build_case
 
     log, family = [], [("D=64",)]
-    monkeypatch.setattr(fk, "_oracle_kernel", Recorder("_oracle_kernel", fk._oracle_kernel, log, family))
+    monkeypatch.setattr(fk, "ORACLE_KERNEL", Recorder("_oracle_kernel", fk.ORACLE_KERNEL, log, family))
     for K in (1, 3):  # K*G <= 16: one row block, the same constexprs
         attention(materialize(build_case([5], K, 1, 2, 64, 16), DEVICE), engine="triton")
     without = {"_oracle_kernel": [n for n in fk.RUNTIME_ARGS if n != "K"]}

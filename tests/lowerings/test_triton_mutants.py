@@ -139,8 +139,8 @@ def test_merge_kernel_mutant_base_not_converted_is_caught(tmp_path):
     import lowerings._merge_kernel as real_merge
 
     # The conversion of part A's LSE into log2 units taken as if the LSE were natural log.
-    mod = mutated_module(MERGE, [("    a_to_log2 = ln_base / _LN2  # exactly 1.0 for base 2",
-                                  "    a_to_log2 = 1.0 / _LN2")], "merge_mutant_base", tmp_path)
+    mod = mutated_module(MERGE, [("    a_to_log2 = ln_base / LN2  # exactly 1.0 for base 2",
+                                  "    a_to_log2 = 1.0 / LN2")], "merge_mutant_base", tmp_path)
 
     class MutantMerge(WindowedMerge):
         def run(self, inputs):

@@ -1,9 +1,9 @@
-"""An independent, deliberately naive fp64 reference for drafter block attention (SEMANTICS.md 1-3).
+"""An independent, deliberately naive fp64 reference for drafter block attention (docs/semantics.md 1-3).
 
 Written differently from `oracle/reference.py` on purpose: plain Python loops over request `b`, query
 `i` and query head `h`; keys are read position by position straight from the pool through `case.pages`
 (never through the page-table tensor) and the case's layout; fp8 is dequantized as
-`stored.double() * scale`; the visibility rule of SEMANTICS.md section 2 is written out literally;
+`stored.double() * scale`; the visibility rule of docs/semantics.md section 2 is written out literally;
 the softmax is computed with `math` in Python floats (fp64) after subtracting the row maximum, sums
 with `math.fsum`. Empty rows give `O = 0`, `LSE = -inf`.
 
@@ -37,7 +37,7 @@ def _read_slot(pool_list: list, layout: str, page: int, slot: int, kvh: int) -> 
 
 
 def sees(p: int, t: int, L: int, K: int, left: int, right: int) -> bool:
-    """SEMANTICS.md section 2, literally: query at position p sees key at position t."""
+    """docs/semantics.md section 2, literally: query at position p sees key at position t."""
     if not (0 <= t < L + K):
         return False
     if left != -1 and not (p - left <= t):

@@ -45,7 +45,7 @@ def build_case(context_lens, block_size, num_kv_heads, group, head_dim, page_siz
 
 @st.composite
 def windows(draw, K: int):
-    """Windows of every kind of SEMANTICS.md section 2 (W in 1..K+2) plus arbitrary (left, right)."""
+    """Windows of every kind of docs/semantics.md section 2 (W in 1..K+2) plus arbitrary (left, right)."""
     kind = draw(st.sampled_from(["noncausal", "causal", "noncausal_swa", "causal_swa", "raw"]))
     if kind in ("noncausal", "causal"):
         return window_for(kind)

@@ -18,9 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from naive import naive_attention, sees
+from tests.oracle.naive import naive_attention, sees
 from oracle import attention, future_block_keys_mask, materialize, visible
-from oracle_cases import cases, windows
+from tests.oracle.oracle_cases import cases, windows
 
 FP64_ABS = 1e-12
 FP32_REL = 1e-6   # of max |O_naive|
@@ -94,7 +94,7 @@ def _check(inputs, window=None, key_mask=None, chunk=2048):
 def test_full_problem_matches_naive(case, chunk):
     inputs = materialize(case)
     _, _, _, ref_lse = _check(inputs, chunk=chunk)
-    # SEMANTICS.md section 2: the full problem never has an empty row when the window contains the
+    # docs/semantics.md section 2: the full problem never has an empty row when the window contains the
     # query's own key (left and right >= 0 or unbounded: always true for windows >= -1).
     assert torch.isfinite(ref_lse).all()
 
@@ -144,7 +144,7 @@ def test_empty_rows_are_zero_and_minus_inf(case, data):
 @settings(derandomize=True, deadline=None, max_examples=60, database=None)
 @given(case=cases(), data=st.data())
 def test_visible_matches_literal_rule(case, data):
-    """`visible()` is SEMANTICS.md section 2 written out; `future_block_keys_mask` is part B of 4.3."""
+    """`visible()` is docs/semantics.md section 2 written out; `future_block_keys_mask` is part B of 4.3."""
     window = data.draw(st.one_of(st.none(), windows(case.block_size)))
     vis = visible(case, window)
     left, right = window or case.window
@@ -163,8 +163,8 @@ def test_visible_matches_literal_rule(case, data):
 
 
 def test_part_b_of_last_query_is_empty():
-    """SEMANTICS.md 4.3: part B is empty for i = K-1 (and for every i when right == 0)."""
-    from oracle_cases import build_case
+    """docs/semantics.md 4.3: part B is empty for i = K-1 (and for every i when right == 0)."""
+    from tests.oracle.oracle_cases import build_case
 
     case = build_case((5, 0, 9), 4, 2, 2, 16, 4, window=(1, 1), seed=3)
     inputs = materialize(case)

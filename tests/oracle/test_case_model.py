@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracle import CASE_FORMAT_VERSION, Case, InvalidInput, materialize, pages_needed, ulp_bf16, ulp_fp16, window_for
-from oracle_cases import build_case, cases
+from tests.oracle.oracle_cases import build_case, cases
 
 FP8 = "float8_e4m3fn"
 

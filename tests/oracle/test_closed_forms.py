@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from oracle import attention, materialize, visible
-from oracle_cases import build_case
+from tests.oracle.oracle_cases import build_case
 
 FP8 = "float8_e4m3fn"
 

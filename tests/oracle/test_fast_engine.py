@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from oracle import attention, materialize
 from oracle._fast import attention_triton, combine_splits
 from oracle.errors import InvalidInput
-from oracle_cases import build_case, cases, windows
+from tests.oracle.oracle_cases import build_case, cases, windows
 
 REL = 1e-6
 LSE_ABS = 1e-5
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=25, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 ON_GPU = torch.cuda.is_available()
-gpu = pytest.mark.gpu
+gpu = pytest.mark.parity_gpu
 
 
 def _score_bound(inputs) -> float:

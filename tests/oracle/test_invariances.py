@@ -1,7 +1,7 @@
 """Storage choices that mean the same keys give bit-identical oracle results (torch.equal on O and LSE).
 
 Page assignment, NHD/HND, appended/dense block, int32/int64 page table, a strided page-table view and
-the canary in unowned slots change where values sit, never what they are (SEMANTICS.md section 1).
+the canary in unowned slots change where values sit, never what they are (docs/semantics.md section 1).
 The key chunk size changes the summation order only: allclose, not bit-identical.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oracle import attention, future_block_keys_mask, materialize
-from oracle_cases import build_case
+from tests.oracle.oracle_cases import build_case
 
 FP8 = "float8_e4m3fn"
 

@@ -1,4 +1,4 @@
-"""Negative controls: on cases built to separate them, each classic semantic bug (BUGS.md classes)
+"""Negative controls: on cases built to separate them, each classic semantic bug (docs/bugs.md classes)
 changes the oracle's answer by far more than any tolerance a lowering is judged with.
 
 "Far more" here: max |O_a - O_b| > 100 bf16 ulp of max |O| (the default output bound is 8 ulp) and
@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from naive import naive_attention
+from tests.oracle.naive import naive_attention
 from oracle import attention, materialize, ulp_bf16, window_for
-from oracle_cases import build_case
+from tests.oracle.oracle_cases import build_case
 
 ULPS = 100
 REL_L2 = 0.1

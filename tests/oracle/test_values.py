@@ -28,7 +28,7 @@ from oracle.values import FP8, case_values, position_blocks
 from strategies import build_case
 
 ON_GPU = torch.cuda.is_available()
-gpu = pytest.mark.gpu
+gpu = pytest.mark.parity_gpu
 
 BASE = dict(context_lens=[5, 0, 17], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=4,
             window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0, scale=None,

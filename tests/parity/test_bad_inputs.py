@@ -293,7 +293,7 @@ REPRO_ROWS = [
 @pytest.mark.parametrize("row", REPRO_ROWS, ids=[r.id for r in REPRO_ROWS])
 def test_a_bad_case_file_is_refused_before_anything_is_built(tmp_path, row, monkeypatch):
     built = []
-    monkeypatch.setattr("parity.runner.materialize", lambda *a, **k: built.append(a))
+    monkeypatch.setattr("parity.invocation.materialize", lambda *a, **k: built.append(a))
     t0 = time.perf_counter()
     code, out, err = run(["repro", *row.setup(tmp_path), "--device", "cpu", "--no-isolate"])
     assert code == 2, out + err
@@ -347,7 +347,7 @@ def test_a_bad_report_directory_or_planted_file_is_refused_before_the_first_case
     outside.mkdir()
     keep = write(outside / "sdpa-1.json", failure_text())  # what a link out of the report must never delete
     ran = []
-    monkeypatch.setattr("parity.runner.check_lowering", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("parity.sweep.check_lowering", lambda *a, **k: ran.append(a))
     code, out, err = run(["check", "--lowering", "sdpa", "--no-isolate", *QUICK, *row.setup(tmp_path)])
     assert code == 2, out + err
     first = err.splitlines()[0]
@@ -403,7 +403,7 @@ def test_a_second_check_into_a_locked_directory_is_refused_with_the_holder(tmp_p
 
 
 def _children_of(report: Path) -> list[int]:
-    """Pids of the `check --part` processes writing into `report`."""
+    """Pids of the `check --jobs` children (`parity.session --part SPEC`) writing into `report`."""
     pids = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -411,7 +411,7 @@ def _children_of(report: Path) -> list[int]:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"--part" in cmd and str(report).encode() in cmd:
+            if b"--part" in cmd and any(str(report).encode() in arg for arg in cmd):
                 pids.append(int(p.name))
     return pids
 
@@ -528,9 +528,9 @@ def test_a_fail_row_shows_the_failing_case_figures(tmp_path):
 def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monkeypatch):
     """Serial runs write each finished lowering's results before the next starts (a segfault in a hook
     that runs in this process cannot be contained; simulated here by the process 'dying' in the second)."""
-    from parity import runner
+    from parity import sweep
 
-    real = runner.check_lowering
+    real = sweep.check_lowering
     calls = []
 
     class ProcessGone(BaseException):  # a segfault: nothing in the process runs after it (no handler sees it)
@@ -542,7 +542,7 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
             raise ProcessGone()
         return real(lw, *a, **k)
 
-    monkeypatch.setattr(runner, "check_lowering", dies_in_the_second)
+    monkeypatch.setattr(sweep, "check_lowering", dies_in_the_second)
     with pytest.raises(ProcessGone):
         run(["check", "--lowering", "sdpa", "--lowering", "context", "--no-isolate", *QUICK, "--report", tmp_path])
     partial = json.loads((tmp_path / report_mod.PARTIAL_NAME).read_text())
@@ -553,7 +553,7 @@ def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monk
     assert code == 0 and not (tmp_path / report_mod.PARTIAL_NAME).exists()
 
 
-@pytest.mark.gpu
+@pytest.mark.parity_gpu
 def test_a_case_larger_than_the_gpu_is_refused_by_the_gpu_memory(tmp_path):
     import torch
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import lowerings
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Context, DecodeRows
 from oracle.inputs import Inputs, materialize

@@ -221,8 +221,8 @@ def test_kernel_names_every_reaches_the_run_options(monkeypatch, tmp_path):
         seen.append(kw["opts"].profile_every)
         raise SystemExit(0)
 
-    import parity.runner as runner_mod
-    monkeypatch.setattr(runner_mod, "check_lowering", fake_check_lowering)
+    import parity.sweep as sweep_mod
+    monkeypatch.setattr(sweep_mod, "check_lowering", fake_check_lowering)
     for n, want in ((None, 4), ("0", 0), ("16", 16)):
         argv = ["check", "--no-isolate", "--lowering", "sdpa", "--max-examples", "1", "--report", str(tmp_path / "r"), "--quiet"]
         if n is not None:

@@ -77,13 +77,8 @@ MODES = ("good", "zeros", "no-lse", "exit-run", "exit-supports", "decline-at-run
 
 @contextlib.contextmanager
 def _registry_restored():
-    lowerings.names()
-    saved = dict(registry._REGISTRY)
-    try:
+    with registry.restored():
         yield
-    finally:
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(saved)
 
 
 def _main(argv, capsys=None) -> tuple[int, str]:
@@ -396,22 +391,6 @@ def test_check_cuda_without_a_gpu_judges_nothing(tmp_path, capsys):
     assert 'name="nothing judged"><failure' in (tmp_path / "junit.xml").read_text()
     code, out = _main(["gate", "--baseline", tmp_path, tmp_path], capsys)
     assert code == 1 and "**baseline-failed**" in out and "**nothing-judged**" in out
-
-
-def test_pytest_parity_device_cuda_without_a_gpu_is_a_usage_error():
-    import torch
-
-    from parity import pytest_plugin
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-
-    class Config:
-        def getoption(self, name):
-            return "cuda" if name == "--parity-device" else None
-
-    with pytest.raises(pytest.UsageError, match="--parity-device cuda: needs a CUDA GPU"):
-        pytest_plugin.pytest_configure(Config())
 
 
 def test_repro_of_a_non_finite_oracle_is_bad_input(tmp_path, capsys):

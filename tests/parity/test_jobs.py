@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from parity import cli, interrupt, jobs
+from parity import cli, jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
@@ -80,59 +80,59 @@ def test_children_get_their_share_of_the_cores():
     assert jobs.child_env(2, environ={"OMP_NUM_THREADS": "3"}, cpus=16)["OMP_NUM_THREADS"] == "3"  # the user's
 
 
-def test_child_argv_forwards_every_option():
-    args = argparse.Namespace(profile="gpu", report="rep", kernel_names_every=0, plugin=["p.py"], tolerances="t.toml",
-                              max_examples=500, seed=3, database=None, case_timeout=30.0, no_hardening=True,
-                              no_isolate=False, warm_up=True, quiet=False)
-    argv = jobs.child_argv(args, "decode_rows", "cuda")
-    text = " ".join(argv[1:])
-    for frag in ("-m parity.cli check --lowering decode_rows --device cuda --profile gpu --report rep --part",
-                 "--kernel-names-every 0", "--tolerances t.toml", "--max-examples 500", "--seed 3",
-                 "--case-timeout 30.0", "--no-hardening", "--warm-up"):
-        assert frag in text, frag
-    assert str(Path("p.py").resolve()) in argv and "--database" not in argv and "--no-isolate" not in argv
+def test_children_get_the_config_as_json():
+    """A child's command line carries the run's whole config (plugins made absolute) and its one part: no
+    option is re-spelled on the way."""
+    from parity.config import CheckConfig
+    from parity.session import Part
+
+    config = CheckConfig(lowerings=("decode_rows", "sdpa"), plugins=("p.py",), profile="gpu", report="rep",
+                         kernel_names_every=0, tolerances="t.toml", max_examples=500, seed=3, case_timeout=30.0,
+                         hardening=False, warm_up=True, limits=("head_dims=128",), flaky_runs=2, jobs=4,
+                         shards=("sdpa=2",), shard=(1, 3), gate_baseline="base", device="cuda")
+    argv = jobs.child_argv(config, Part("sdpa", (1, 2)))
+    assert argv[1:4] == ["-m", "parity.session", "--part"]
+    spec = json.loads(argv[4])
+    child = CheckConfig.from_json(spec["config"])
+    assert spec["part"] == {"lowering": "sdpa", "shard": [1, 2]}
+    assert child == config.replace(lowerings=("sdpa",), plugins=(str(Path("p.py").resolve()),), jobs=1, shards=(),
+                                   gate_baseline=None)
 
 
-def test_part_is_for_one_lowering(tmp_path, capsys):
-    code = cli.main(["check", "--part", "--lowering", "sdpa", "--lowering", "context", "--device", "cpu",
-                     "--report", str(tmp_path)])
-    assert code == 2 and "--part" in capsys.readouterr().err
+def test_a_bad_part_spec_is_a_usage_error(capsys):
+    from parity.session import part_main
+
+    assert part_main(["--part", '{"config": {"profile": "nope"}, "part": {"lowering": "x", "shard": null}}']) == 2
+    assert "--profile: one of" in capsys.readouterr().err
+    assert part_main(["--part"]) == 2
 
 
-def test_an_interrupted_check_keeps_what_ran(tmp_path):
-    """SIGINT (KeyboardInterrupt) during a lowering's cases: its report keeps the cases that ran and
-    fails as a partial run; `check` writes the report and exits 130 (as a --jobs child does for its part)."""
-    import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
-    from strategies import cases, profile_settings
+def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch):
+    """On cuda with 3 GPUs (faked), 4 children at once: each gets CUDA_VISIBLE_DEVICES naming one GPU, the
+    least busy when it starts (the parent's own view stays whole)."""
+    import types
 
-    seen = []
+    from parity import gpus
+    from parity.config import CheckConfig
 
-    def progress(report, outcome):
-        seen.append(outcome)
-        if len(seen) == 3:
-            raise KeyboardInterrupt
+    monkeypatch.setattr(gpus, "visible_gpus", lambda: 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6,7")
+    started = []
 
-    lw = lowerings.get("decode_rows")
-    rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
-                         opts=RunOptions(), progress=progress)
-    assert rep.interrupted and rep.status == "fail" and rep.cases == 3
-    assert rep.extra == ["interrupted after 3 case(s): a partial run, not a verdict"]
+    class Child:
+        def __init__(self, argv, env, **kw):
+            started.append((json.loads(argv[4])["part"]["lowering"], env.get("CUDA_VISIBLE_DEVICES")))
 
+        def poll(self):
+            return 0
 
-def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkeypatch, capsys):
-    def stop(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli, "_warm_up", stop)
-    code = cli.main(["check", "--warm-up", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu",
-                     "--no-isolate", "--quiet", "--report", str(tmp_path)])
-    assert code == 130
-    data = json.loads((tmp_path / "parity.json").read_text())
-    assert list(data["lowerings"]) == ["decode_rows"]
-    v = data["lowerings"]["decode_rows"]
-    assert v["status"] == "fail" and "during the JIT warm-up" in v["notes"][0]
+    monkeypatch.setattr(jobs.subprocess, "Popen", Child)
+    session = types.SimpleNamespace(config=CheckConfig(report=str(tmp_path), jobs=4), device="cuda",
+                                    say=lambda line: None, top=lambda: {"device": "cuda", "lowerings": {}})
+    data, interrupted = jobs.run_jobs(session, ["a", "b", "c", "d"], poll=0.01)
+    assert started == [("a", "5"), ("b", "6"), ("c", "7"), ("d", "5")] and not interrupted
+    assert list(data["lowerings"]) == ["a", "b", "c", "d"]  # no part written: each a failed entry saying so
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,6,7"
 
 
 def test_report_json_keeps_flat_lists_on_one_line():
@@ -188,21 +188,23 @@ def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
 
 def test_merged_shards_add_up_and_keep_the_worst():
     from parity import shards
+    from parity.outcome import LoweringReport
+    from tests.parity.report_fixture import reports
 
-    def entry(cases, margin, fams, notes=(), status="pass"):
-        return {"status": status, "reason": "", "cases": cases, "passed": cases, "unsupported": 1, "calls_checked": cases,
-                "seconds": float(cases), "worst_margin": margin, "worst_case": {"m": margin}, "worst_figures": {},
-                "worst_ulp": margin * 8, "worst_ulp_case": {"u": margin}, "worst_rel_l2": 0.001, "worst_rel_l2_case": None,
-                "compiles": {"k": len(fams)}, "compile_families": len(fams), "max_compiles_in_a_family": max(fams.values()),
-                "max_compiles": 2, "classes": {"c": {"cases": cases, "failed": 0}}, "notes": list(notes), "failures": [],
-                "phase_seconds": {"lowering": cases / 2}, shards.FAMILY_KEYS: fams}
-
-    v = shards.merge_entries([entry(10, 0.2, {"a": 2, "b": 1}), entry(12, 0.5, {"a": 2, "c": 1}, ["interrupted"], "fail")])
-    assert (v["cases"], v["unsupported"], v["seconds"], v["status"]) == (22, 2, 12.0, "fail")
-    assert (v["worst_margin"], v["worst_case"], v["worst_ulp_case"]) == (0.5, {"m": 0.5}, {"u": 0.5})
-    assert (v["compile_families"], v["max_compiles_in_a_family"], v["compiles"]) == (3, 2, {"k": 4})
-    assert v["classes"] == {"c": {"cases": 22, "failed": 0}} and v["notes"] == ["shard 2/2: interrupted"]
-    assert v["phase_seconds"] == {"lowering": 11.0, "draw": 11.0} and shards.FAMILY_KEYS not in v
+    alpha, beta, _ = reports()
+    a = alpha.to_json(family_counts=True)
+    b = beta.to_json(family_counts=True)
+    b["compile_family_counts"] = {"('fam', 1)": 5, "('fam', 2)": 1}  # one family shared with alpha's, one new
+    v = shards.merge_entries([a, b], "x")
+    assert (v["cases"], v["unsupported"], v["seconds"], v["status"]) == (11, 1, 2.5, "fail")
+    assert v["worst_margin"] == max(alpha.worst_margin, beta.worst_margin)
+    assert v["worst_case"] == (alpha if alpha.worst_margin > beta.worst_margin else beta).worst.case.to_json_dict()
+    assert v["worst_ulp"] == max(alpha.worst_ulp, beta.worst_ulp)
+    # compile counts per process: a shared family counts once, at the most any shard compiled it
+    assert (v["compile_families"], v["max_compiles_in_a_family"]) == (3, 5)
+    assert v["compiles"] == {"k": alpha.compiles["k"] + beta.compiles["k"]}
+    assert v["notes"] == ["shard 2/2: a note"] and shards.FAMILY_KEYS not in v and v["shards"] == 2
+    assert v["phase_seconds"]["draw"] > 0 and LoweringReport.from_json("x", v).cases == 11
 
 
 def test_merged_shards_keep_every_per_lowering_key():
@@ -237,94 +239,12 @@ def test_merged_shards_keep_every_per_lowering_key():
     (["--jobs", "2", "--shards", "context=3"], "'context' is not among the lowerings checked"),
     (["--jobs", "2", "--shards", "decode_rows=1"], "from 2 to 64, got '1'"),
     (["--jobs", "2", "--shards", "decode_rows"], "expected NAME=S"),
-    (["--shard", "0/2"], "is for a --jobs child"),
+    (["--shard", "2/2"], "expected I/S with 0 <= I < S"),
 ])
 def test_bad_shards_are_named(tmp_path, capsys, argv, says):
     code = cli.main(["check", "--lowering", "decode_rows", "--device", "cpu", "--report", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and says in err, err
-
-
-def test_a_repeated_sigint_is_one_interrupt():
-    """coreutils `timeout -s INT` signals the command and its process group: two SIGINTs at once are one
-    interrupt; one after the window is a second."""
-    now = [100.0]
-    handler = interrupt.SigintOnce(window=1.0, clock=lambda: now[0])
-    with pytest.raises(KeyboardInterrupt):
-        handler(2, None)
-    assert handler.hit
-    now[0] += 0.01
-    assert handler(2, None) is None
-    now[0] += 2.0
-    with pytest.raises(KeyboardInterrupt):
-        handler(2, None)
-
-
-def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
-    """SIGINT twice, 0.2 s apart, to a `check --jobs` parent (as `timeout -s INT` sent it on a loaded
-    H200 host, run 12): the second is the same interrupt, the children write their partial parts and the
-    merged report is written; exit 130."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import threading
-
-    report = tmp_path / "rep"
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows", "--lowering",
-                             "sdpa", "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--jobs", "2",
-                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    # until both children have judged a case (each prints its first progress line at once)
-    while time.monotonic() < deadline and not all(any(ln.startswith(f"  {n}: ") for ln in list(lines))
-                                                  for n in ("decode_rows", "sdpa")):
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGINT)
-    time.sleep(0.2)  # the second lands while the first is handled (two at once would coalesce into one)
-    os.kill(proc.pid, signal.SIGINT)
-    proc.wait(timeout=120)
-    reader.join(timeout=10)
-    out = "".join(lines)
-    assert proc.returncode == 130, out
-    data = json.loads((report / "parity.json").read_text())
-    for name in ("decode_rows", "sdpa"):
-        v = data["lowerings"][name]
-        assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (name, v["notes"], out)
-    assert "interrupted again" not in out
-
-
-def test_a_swallowed_sigint_still_stops_the_check():
-    """A KeyboardInterrupt raised inside a gc callback is printed and dropped by Python (seen on CPU: the
-    check went on until its parent killed it); the recorded interrupt stops the run before the next case."""
-    import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
-    from strategies import cases, profile_settings
-
-    seen = []
-
-    def progress(report, outcome):
-        seen.append(outcome)
-        if len(seen) == 3:
-            try:
-                signal.raise_signal(signal.SIGINT)
-            except KeyboardInterrupt:  # swallowed, as an "Exception ignored in: gc_callback" is
-                pass
-
-    import signal
-
-    lw = lowerings.get("decode_rows")
-    with interrupt.installed(force=True):
-        rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
-                             opts=RunOptions(), progress=progress)
-    assert rep.interrupted and rep.cases == 3 and len(seen) == 3
-    assert not interrupt.requested()  # the handler is gone with the block
 
 
 def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):

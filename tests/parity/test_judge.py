@@ -187,7 +187,7 @@ def test_fa2_lse_entry_still_catches_a_base_mix_up(ref, name, batch):
     """The measured fa2 entry in tolerances.toml (lse_abs 2e-3 plus lse_rel 2.5e-3), keyed by the kernel,
     reaches each built-in lowering that calls it (decode_rows[flashinfer] above B=32 only), passes the errors
     measured on the H200 and must not hide an LSE in the wrong base."""
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
     from parity.runner import tolerance_for
 
     adapter = {a.name: a for a in fp.adapters()}[name]
@@ -205,7 +205,7 @@ def test_fa2_lse_entry_still_catches_a_base_mix_up(ref, name, batch):
 def test_fa2_entry_applies_exactly_when_the_fa2_kernel_ran():
     """decode_rows[flashinfer] runs the CUDA-core decode kernel up to B=32 (the default bound, as measured)
     and the fa2 prefill kernel above it (the fa2 entry); the fa3 context never gets the fa2 entry."""
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
     from parity.runner import tolerance_for
 
     pol = policy_mod.load()

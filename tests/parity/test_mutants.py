@@ -1,6 +1,6 @@
 """The mutant catalogue run through the framework: a check that cannot fail is a defect.
 
-For every mutant of `tests/mutants.py` (one realistic bug each, BUGS.md rows), `check_lowering` under
+For every mutant of `tests/mutants.py` (one realistic bug each, docs/bugs.md rows), `check_lowering` under
 the `ci` profile (derandomized, 60 examples) must fail, with the message that names the bug, on a
 shrunk case no larger than the bug needs. The counterpart, `test_correct_lowerings_pass`: every
 correct built-in CPU lowering passes the very sweeps its mutants fail (no false alarm).
@@ -25,7 +25,7 @@ from oracle.inputs import materialize
 from parity import policy as parity_policy
 from parity.runner import LoweringReport, RunOptions, check_lowering
 from strategies import Limits, build_case, cases, profile_settings
-from tests import mutants as M
+from tests import mutant_bases as MB, mutants as M, production_mutants as PM
 
 # Sweeps. Shapes stay small where the bug does not need large ones: shrinking is the main cost.
 SMALL = Limits(max_batch=4, max_context=40)
@@ -212,13 +212,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("case", _fixed_cases(), ids=["swa", "noncausal-HND-pad", "causal-fp8-int64"])
 def test_mutant_bases_are_faithful(case: Case):
     """The hookable copies in tests/mutants.py, with no hook overridden, equal the correct lowerings bit for bit."""
-    pairs = [(M._ContextMutant(), Context()), (M._WindowedMutant(form="eager"), WindowedMerge(form="eager")),
-             (M._PositionsNarrow(form="eager"), WindowedMerge(form="eager"))]  # positions in fp32: exact here
+    pairs = [(MB.ContextMutant(), Context()), (MB.WindowedMutant(form="eager"), WindowedMerge(form="eager")),
+             (PM.PositionsNarrow(form="eager"), WindowedMerge(form="eager"))]  # positions in fp32: exact here
     for copy, correct in pairs:
         a, b = copy.run(materialize(case)), correct.run(materialize(case))
         assert torch.equal(_bits(a.out), _bits(b.out)) and torch.equal(_bits(a.lse), _bits(b.lse)), copy
-    hooked = M._context_read_hooked(materialize(case))  # no hook given: Context's read, bit for bit
-    plain = M._context_read(materialize(case))
+    hooked = PM.context_read_hooked(materialize(case))  # no hook given: Context's read, bit for bit
+    plain = MB.context_read(materialize(case))
     assert all(torch.equal(_bits(x), _bits(y)) for x, y in zip(hooked, plain))
-    a, b = M._part_a(materialize(case)), causal_decode_part_a(materialize(case))
+    a, b = MB.part_a(materialize(case)), causal_decode_part_a(materialize(case))
     assert all(torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b))

@@ -17,7 +17,8 @@ from oracle.inputs import materialize
 from parity import drawn, footprint, memory
 from parity import policy as parity_policy
 from parity.report import summary_md, to_json, write_reports
-from parity.runner import RunOptions, _negate_context, check_lowering, run_case
+from parity.hardening import negate_context
+from parity.runner import RunOptions, check_lowering, run_case
 from parity.shards import merge_entries
 from strategies import build_case, check_cases, profile_settings
 from tests import mutants as M
@@ -169,7 +170,7 @@ def test_sdpa_head_group_path_gives_the_same_bits(window, dtype, kv, monkeypatch
 def test_isolation_perturbation_negates_one_request_context_only(layout):
     case = build_case(dict(BASE, layout=layout, kv_dtype="float8_e4m3fn", k_scale=2.0, v_scale=0.5))
     got, want = materialize(case), materialize(case)
-    _negate_context(got, 1)
+    negate_context(got, 1)
     for t in range(case.context_lens[1]):  # the reference: one token at a time
         page, slot = case.pages[1][t // case.page_size], t % case.page_size
         for pool in (want.k_pool, want.v_pool):

@@ -21,7 +21,7 @@ import pytest
 
 import lowerings
 from lowerings import counters
-from lowerings import flashinfer_paged as fp
+from lowerings import flashinfer as fp
 from lowerings.protocol import protocol_violations
 from oracle.errors import InvalidInput
 from parity import cli

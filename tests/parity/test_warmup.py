@@ -1,5 +1,5 @@
-"""JIT warm-up (parity/warmup.py) and its pytest wiring (`--dflash-warmup`, ini `dflash_warmup`), on a CPU
-with fake lowerings: plain objects following the protocol. Also the xdist GPU pinning helpers."""
+"""JIT warm-up (parity/warmup.py) and its pytest wiring (`--parity-warm-up`, ini `parity_warm_up`; the old
+`--dflash-warmup`, ini `dflash_warmup`), on a CPU with fake lowerings: plain objects following the protocol."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_cases_or_limits_forms():
 
 
 def test_flashinfer_adapters_plan_one_run_per_module(monkeypatch):
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
 
     adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
     for a in adapters:
@@ -200,7 +200,7 @@ def test_flashinfer_default_limits_warm_fp8_fp16_and_head_dim_64(monkeypatch):
     """The adapters' own CUDA limits (case_limits: bf16/fp16, bf16/fp16/fp8 KV, D = 64 and 128): the warm-up
     loads every module those cases need, fp8 decode and fa2 prefill modules among them, and no fp8 fa3 one
     (flashinfer's fa3 has no bf16/fp16-query x fp8-KV kernel; fa3 declines those cases)."""
-    from lowerings import flashinfer_paged as fp
+    from lowerings import flashinfer as fp
 
     adapters = [a for a in fp.adapters() if not a.name.startswith("trtllm")]
     for a in adapters:
@@ -221,38 +221,6 @@ def test_flashinfer_default_limits_warm_fp8_fp16_and_head_dim_64(monkeypatch):
 # --------------------------------------------------------------------------------------------------
 # pytest plugin helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def test_xdist_gpu_index_and_visible_devices():
-    assert plug.xdist_gpu_index("gw0", 4) == 0
-    assert plug.xdist_gpu_index("gw5", 4) == 1
-    assert plug.xdist_gpu_index("gw7", 8) == 7
-    for wid, n in ((None, 4), ("master", 2), ("gwx", 2), ("gw3", 0), ("", 2)):
-        assert plug.xdist_gpu_index(wid, n) is None
-    assert plug.narrowed_visible_devices("2,3", 1, 2) == "3"
-    assert plug.narrowed_visible_devices("GPU-aa, GPU-bb", 0, 2) == "GPU-aa"
-    assert plug.narrowed_visible_devices(None, 3, 4) == "3"
-    assert plug.narrowed_visible_devices("0,1,2", 1, 2) == "1"  # list and count disagree: the index
-
-
-def test_pin_xdist_worker_gpu(monkeypatch):
-    calls = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda i: calls.append(i))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    assert plug.pin_xdist_worker_gpu("gw6") == 2
-    assert calls == [2]
-    import os
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
-    assert plug.pin_xdist_worker_gpu(None) is None and calls == [2]
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # one GPU: nothing to pin
-    assert plug.pin_xdist_worker_gpu("gw1") is None and calls == [2]
-
-
-def test_pin_is_a_no_op_without_cuda(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert plug.pin_xdist_worker_gpu("gw1") is None
 
 
 def test_session_lowerings():
@@ -319,9 +287,8 @@ def test_lowering(parity_lowering):
 
 def test_plugin_option_warms_up_before_the_tests(pytester):
     pytester.makepyfile(plugin_fakes=PLUGIN, test_other_repo=TESTS)
-    res = runpytest(pytester, "--plugin", "plugin_fakes.py", "--lowering", "warm_ok", "--lowering",
-                                        "warm_bad", "--parity-device", "cpu", "--dflash-warmup",
-                                        "-p", "no:cacheprovider")
+    res = runpytest(pytester, "--parity-plugin", "plugin_fakes.py", "--parity-lowering", "warm_ok", "--parity-lowering",
+                    "warm_bad", "--parity-device", "cpu", "--parity-warm-up", "-p", "no:cacheprovider")
     assert_outcomes(res, passed=2)
     out = res.stdout.str()
     # Progress before the first test, then the report in the terminal summary.
@@ -338,18 +305,33 @@ def test_plugin_option_warms_up_before_the_tests(pytester):
 
 
 def test_plugin_option_and_ini_are_registered(pytester):
+    import warnings
+
     load = plugin_args()  # the entry point, or -p where the package is not installed
-    assert plug.warmup_enabled(pytester.parseconfig(*load, "--dflash-warmup", "-p", "no:cacheprovider"))
-    assert not plug.warmup_enabled(pytester.parseconfig(*load, "-p", "no:cacheprovider"))
+
+    def enabled(*args):
+        cfg = pytester.parseconfig(*load, *args, "-p", "no:cacheprovider")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the old spellings' deprecation warnings
+            return plug.warmup_enabled(cfg)
+
+    assert enabled("--parity-warm-up") and enabled("--dflash-warmup") and not enabled()
+    pytester.makeini("[pytest]\nparity_warm_up = true\n")
+    assert enabled()
     pytester.makeini("[pytest]\ndflash_warmup = true\n")
-    assert plug.warmup_enabled(pytester.parseconfig(*load, "-p", "no:cacheprovider"))
+    assert enabled()
 
 
-def _config(**options):
-    opts = {"--dflash-warmup": True, "--lowering": [], "--parity-device": "cpu", **options}
-    return types.SimpleNamespace(getoption=lambda name: opts[name], getini=lambda name: False,
-                                 option=types.SimpleNamespace(collectonly=False), stash=pytest.Stash(),
-                                 pluginmanager=types.SimpleNamespace(get_plugin=lambda name: None))
+def _config(**settings):
+    """A pytest config as the plugin sees it, its session already using the plugin with these settings."""
+    from parity.config import CheckConfig
+
+    cfg = types.SimpleNamespace(option=types.SimpleNamespace(collectonly=False), stash=pytest.Stash(),
+                                pluginmanager=types.SimpleNamespace(get_plugin=lambda name: None))
+    state = plug._state(cfg)
+    state.used = True
+    state.check_config = CheckConfig(**{"warm_up": True, "device": "cpu", "report": None, **settings})
+    return cfg
 
 
 def test_xdist_worker_reports_through_workeroutput_and_the_controller_prints_it(monkeypatch):
@@ -358,16 +340,14 @@ def test_xdist_worker_reports_through_workeroutput_and_the_controller_prints_it(
     fakes = {"ok": Fake("ok", windows=False), "bad": Fake("bad", windows=False, fail="cannot load\nmore")}
     monkeypatch.setattr(lowerings, "get", lambda name: fakes[name])
     # Worker side: collection finished, the warm-up runs, its report goes into workeroutput.
-    worker = _config(**{"--lowering": ["ok", "bad"]})
-    worker.stash[plug._REPORTS] = []
-    worker.workeroutput = {}
+    worker = _config(lowerings=("ok", "bad"))
+    worker.workeroutput, worker.workerinput = {}, {"workerid": "gw0", "workercount": 2}
     plug.pytest_collection_finish(types.SimpleNamespace(config=worker, items=[]))
     data = worker.workeroutput[plug.WARMUP_KEY]
     assert data["device"] == "cpu" and [u["lowering"] for u in data["units"]] == ["ok", "bad"]
     assert len(fakes["ok"].calls) == 1
     # Controller side: the node goes down with its workeroutput; the summary prints every worker's lines.
     controller = _config()
-    controller.stash[plug._REPORTS] = []
     for wid in ("gw1", "gw0"):
         node = types.SimpleNamespace(workeroutput={plug.WARMUP_KEY: data}, gateway=types.SimpleNamespace(id=wid),
                                      config=controller)
@@ -390,23 +370,12 @@ def test_collect_only_and_disabled_sessions_do_not_warm_up(monkeypatch):
     import lowerings
 
     monkeypatch.setattr(lowerings, "get", lambda name: pytest.fail("nothing may be warmed"))
-    cfg = _config(**{"--lowering": ["ok"]})
-    cfg.stash[plug._REPORTS] = []
+    cfg = _config(lowerings=("ok",))
     cfg.option.collectonly = True
     plug.pytest_collection_finish(types.SimpleNamespace(config=cfg, items=[]))
-    cfg = _config(**{"--lowering": ["ok"], "--dflash-warmup": None})
-    cfg.stash[plug._REPORTS] = []
+    cfg = _config(lowerings=("ok",), warm_up=False)
     plug.pytest_collection_finish(types.SimpleNamespace(config=cfg, items=[]))
-    assert cfg.stash[plug._REPORTS] == []
-
-
-def test_warmup_enabled_by_option_or_ini():
-    def config(opt, ini):
-        return types.SimpleNamespace(getoption=lambda name: opt, getini=lambda name: ini)
-
-    assert not plug.warmup_enabled(config(None, False))
-    assert plug.warmup_enabled(config(True, False))
-    assert plug.warmup_enabled(config(None, True))
+    assert plug._state(cfg).warmups == []
 
 
 NARROW_PLUGIN = '''

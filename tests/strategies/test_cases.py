@@ -16,15 +16,20 @@ DRAWS = settings(max_examples=300, derandomize=True, deadline=None, database=Non
 
 
 def _collect(strategy, n=300):
+    """`n` derandomized draws of `strategy`."""
     seen = []
 
-    @DRAWS
+    @settings(DRAWS, max_examples=n)
     @given(strategy)
     def draw(x):
         seen.append(x)
 
     draw()
     return seen
+
+
+def test_collect_draws_as_many_as_asked():
+    assert len(_collect(st.integers(), n=7)) == 7
 
 
 def test_boundary_values_are_reached():

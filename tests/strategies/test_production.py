@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 
 import lowerings
-from lowerings.flashinfer_paged import CUDA_CORE_DECODE_GROUPS
+from lowerings.flashinfer import CUDA_CORE_DECODE_GROUPS
 from oracle.errors import InvalidInput
 from parity.footprint import GIB, pool_elements, run_bytes
 from strategies import (MODELS, Limits, boundary_cases, cases, check_cases, declared_boundaries, limit_overrides,

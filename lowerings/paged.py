@@ -1,0 +1,111 @@
+"""Torch emulations of the paged kernels the production lowerings call (CPU or CUDA, working dtype).
+
+They compute the way a flash kernel does: scores from the working-dtype q and k accumulated in fp32,
+an fp32 softmax, probabilities rounded to the working dtype for the P.V product with fp32
+accumulation, and the output rounded once. The LSE comes back in base 2, as flashinfer returns it.
+This is deliberately not the oracle: it reads through its own page-table code, in the working dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lowerings import counters
+from oracle.rules import LOG2E
+
+FP8 = getattr(torch, "float8_e4m3fn", None)
+# Rows gathered at once are bounded so that memory stays small on long contexts.
+MAX_GATHER_ELEMS = 1 << 24
+
+
+def read_pool(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, layout: str, scale: float,
+               dtype: torch.dtype) -> torch.Tensor:
+    x = pool[pid, slot] if layout == "NHD" else pool[pid, :, slot]
+    if pool.dtype == FP8:
+        return (x.float() * scale).to(dtype)
+    return x
+
+
+def append_paged_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor, context_lens: list[int],
+                    k_block: torch.Tensor, v_block: torch.Tensor, *, layout: str, page_size: int,
+                    k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write the block's K/V `[B, K, Hkv, D]` into the pool at positions `L_b .. L_b+K-1`, in place."""
+    counters.record("torch.append_paged_kv")
+    B, K = k_block.shape[:2]
+    dev = k_pool.device
+    for b in range(B):
+        t = torch.arange(context_lens[b], context_lens[b] + K, device=dev)
+        pid = page_table[b].to(torch.long)[t // page_size]
+        slot = t % page_size
+        for pool, blk, sc in ((k_pool, k_block[b], k_scale), (v_pool, v_block[b], v_scale)):
+            val = (blk.float() / sc).to(pool.dtype) if pool.dtype == FP8 else blk.to(pool.dtype)
+            if layout == "NHD":
+                pool[pid, slot] = val
+            else:
+                pool[pid, :, slot] = val
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float):
+    """Flash-style attention of `q [N, M, Hq, D]` over `k, v [N, T, Hkv, D]` with `mask [N, M, T]`.
+
+    Returns `out [N, M, Hq, D]` in q's dtype and `lse [N, M, Hq]` fp32 in base 2 (`-inf` for empty rows).
+    """
+    N, M, Hq, D = q.shape
+    Hkv = k.shape[2]
+    G = Hq // Hkv
+    qf = q.float().view(N, M, Hkv, G, D)
+    s = torch.einsum("nmhgd,nthd->nhgmt", qf, k.float()) * scale
+    s = s.masked_fill(~mask.view(N, 1, 1, M, -1), float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    o = torch.einsum("nhgmt,nthd->nhgmd", p.to(q.dtype).float(), v.float())
+    o = torch.where(l > 0, o / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(o))
+    lse = torch.where(l > 0, (m + torch.log(torch.where(l > 0, l, torch.ones_like(l)))) * LOG2E,
+                      torch.full_like(l, float("-inf"))).squeeze(-1)
+    out = o.permute(0, 3, 1, 2, 4).reshape(N, M, Hq, D).to(q.dtype)
+    return out, lse.permute(0, 3, 1, 2).reshape(N, M, Hq)
+
+
+def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor,
+                    kv_lens: list[int], *, layout: str, page_size: int, scale: float, window_left: int = -1,
+                    causal: bool = False, k_scale: float = 1.0, v_scale: float = 1.0):
+    """Paged attention of `q [N, M, Hq, D]` (M queries per row at the last M positions of the row's
+    `kv_lens[n]` keys, bottom-right aligned as flashinfer aligns them) over page-table rows
+    `page_table [N, P]`. `window_left=W` keeps keys `t >= p - W`; `causal` keeps `t <= p`.
+    Returns `out [N, M, Hq, D]` (q's dtype) and `lse [N, M, Hq]` fp32 base 2.
+    """
+    N, M, Hq, D = q.shape
+    dev = q.device
+    if N == 0:
+        return q.new_zeros(q.shape), torch.zeros((0, M, Hq), device=dev)
+    Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
+    lens = torch.tensor(kv_lens, device=dev, dtype=torch.long)
+    T = max(int(max(kv_lens)), 1)
+    rows_per = max(1, MAX_GATHER_ELEMS // max(1, T * Hkv * D))
+    outs, lses = [], []
+    for n0 in range(0, N, rows_per):
+        n1 = min(N, n0 + rows_per)
+        t = torch.arange(T, device=dev).view(1, -1)
+        ln = lens[n0:n1].view(-1, 1)
+        valid = t < ln
+        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1).expand(n1 - n0, -1)
+        pid = torch.gather(page_table[n0:n1].to(torch.long), 1, col)
+        pid = torch.where(valid, pid, torch.zeros_like(pid))
+        slot = (t % page_size).expand(n1 - n0, -1)
+        k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
+        v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
+        z = torch.zeros((), dtype=q.dtype, device=dev)
+        k = torch.where(valid.view(n1 - n0, T, 1, 1), k, z)
+        v = torch.where(valid.view(n1 - n0, T, 1, 1), v, z)
+        pos = ln - M + torch.arange(M, device=dev).view(1, -1)  # [n, M]
+        mask = valid.view(-1, 1, T) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
+        if window_left >= 0:
+            mask = mask & (t.view(1, 1, T) >= (pos - window_left).unsqueeze(-1))
+        if causal:
+            mask = mask & (t.view(1, 1, T) <= pos.unsqueeze(-1))
+        o, lse = attend(q[n0:n1], k, v, mask, scale)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)

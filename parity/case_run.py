@@ -1,0 +1,190 @@
+"""One case through one lowering, judged: `run_case`.
+
+materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted) -> bounds chosen from what
+ran (`tolerance_for`) -> LSE converted at the adapter boundary -> judged (output, LSE, each partial,
+kernel calls, untouched inputs, output buffers) -> hardening (the other canary, determinism, request
+isolation, kernel names: `parity.hardening`). A case whose oracle is not finite is bad input
+(`oracle_problem`, `INVALID`), never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from lowerings import counters
+from lowerings.protocol import Lowering, LoweringResult, accuracy_claims, lse_to_natural, optional_hook
+from oracle import reference
+from oracle.case import Case
+from oracle.errors import InvalidInput
+from oracle.inputs import Inputs
+from parity import footprint, hooks, memory
+from parity.hardening import gpu_kernel_failures, output_buffer_failures, rerun_failures, untouched_failures
+from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
+from parity.judge import Comparison, compare
+from parity.policy import Policy, Tolerance, ToleranceSource
+from parity.outcome import INVALID, PHASES, CaseOutcome  # noqa: F401  (PHASES: re-exported)
+
+class _Phase:
+    """`with _Phase(outcome, "oracle"): ...` adds the block's wall seconds to `outcome.phases`."""
+
+    def __init__(self, outcome: "CaseOutcome", name: str) -> None:
+        self.outcome, self.name = outcome, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        dt = time.perf_counter() - self.t0
+        self.outcome.phases[self.name] = self.outcome.phases.get(self.name, 0.0) + dt
+
+
+def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
+    """The yardstick's output on a copy of the inputs, or on the inputs themselves when a copy does not fit
+    (the yardstick, `sdpa`, writes none of its inputs: its own check says so); None, with the reason in
+    `outcome.skipped`, when its working set does not fit either."""
+    case = inputs.case
+    need = footprint.yardstick_bytes(case)
+    if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
+        return None
+    if memory.fits(None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
+        return yardstick.run(inputs.clone()).out
+    return yardstick.run(inputs).out
+
+
+def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),
+             yardstick: Lowering | None = None) -> CaseOutcome:
+    """Run `case` through `lowering` and judge it (see module docstring)."""
+    t0 = time.perf_counter()
+    why = hooks.call(lowering, "supports", case, case=case)
+    if why:
+        return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+        outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
+    if held.waited:
+        outcome.phases["wait"] = held.waited
+    return outcome
+
+
+def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None,
+              t0: float) -> CaseOutcome:
+    outcome = CaseOutcome(lowering.name, case, "pass")
+    with _Phase(outcome, "build"):
+        inputs, bufs = prepare_inputs(lowering, case, opts)
+    with _Phase(outcome, "oracle"):
+        ref = reference.attention(inputs)
+    bad = oracle_problem(case, ref)
+    if bad:  # no output can be judged against it: the case is bad input, never a pass
+        return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
+    yard_out = None
+    if opts.yardstick and yardstick is not None:
+        with _Phase(outcome, "yardstick"):
+            yard_out = run_yardstick(yardstick, inputs, opts, outcome)
+    with _Phase(outcome, "build"):
+        before = None
+        if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
+                                                       "a snapshot of the inputs to compare against"):
+            before = {k: v.clone() for k, v in inputs.tensors().items()}
+    try:
+        with _Phase(outcome, "lowering"):
+            result = call_lowering(lowering, inputs, outcome)
+    except LoweringError as err:
+        outcome.status = "fail"
+        outcome.failures.append(str(err))
+        outcome.seconds = time.perf_counter() - t0
+        return outcome
+    tol, src = tolerance_for(policy, lowering, case, outcome.calls, outcome.observed)  # from what ran
+    outcome.bounds, outcome.bounds_why = src.label, src.because
+    with _Phase(outcome, "judge"):
+        if bufs is not None:
+            outcome.failures.extend(output_buffer_failures(result, bufs))
+        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out, bound_from=src.citations())
+        for c in comparisons:
+            c.figures["bounds"] = src.label
+        outcome.comparisons = comparisons
+        for c in comparisons:
+            outcome.failures.extend(c.failures)
+        if opts.check_calls:
+            outcome.expected_calls = dict(hooks.call(lowering, "expected_calls", case, case=case))
+            msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
+            if msg:
+                outcome.failures.append(msg)
+        if before is not None:
+            outcome.failures.extend(untouched_failures(case, before, inputs))
+    if opts.check_determinism and not outcome.failures and memory.fits(
+            outcome, memory.RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "the other canary's inputs and the lowering's second run"):
+        with _Phase(outcome, "hardening"):
+            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome))
+    if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
+            and optional_hook(lowering, "kernel_families") is not None and not outcome.failures
+            and memory.fits(outcome, memory.KERNEL_NAMES, case, opts,
+                            footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES), "a profiled run's inputs")):
+        with _Phase(outcome, "kernel_names"):
+            outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
+    if outcome.failures:
+        outcome.status = "fail"
+    outcome.seconds = time.perf_counter() - t0
+    return outcome
+
+
+def tolerance_for(policy: Policy, lowering: Lowering, case: Case, calls: dict[str, int],
+                  observed: dict[str, int] | None = None) -> tuple[Tolerance, ToleranceSource]:
+    """The bounds of `case` from what ran (`Policy.for_case`): the calls it recorded and those observed,
+    the kernel families they launch (declared with `counters.declare_kernel` or by the lowering's
+    `kernel_families(case)`), and the kernel keys its `accuracy` attribute claims."""
+    fams = optional_hook(lowering, "kernel_families")
+    families = dict(fams(case)) if fams is not None else {}
+    keys = counters.kernel_keys(calls, observed, families, accuracy_claims(lowering))
+    return policy.for_case(lowering.name, case.dtype, keys)
+
+
+def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: LoweringResult,
+                 ref: reference.OracleResult, tol, yard_out, bound_from: dict[str, str] | None = None
+                 ) -> list[Comparison]:
+    """The main comparison, then one per partial (each against the oracle over its own key subset);
+    `bound_from` (`ToleranceSource.citations()`) is quoted next to each bound a failure names."""
+    lse_nat = lse_to_natural(result.lse.float(), lowering.lse_base) if result.lse is not None else None
+    comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
+                     yardstick_out=yard_out, bound_from=bound_from)]
+    for name, part in result.partials.items():
+        pref = reference.attention(inputs, window=part.window, key_mask=part.key_mask,
+                                   future_block_keys_right=part.future_block_keys_right)
+        comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
+                             pref.out, pref.lse, dtype=case.dtype, tol=tol, bound_from=bound_from))
+    return comps
+
+
+def oracle_problem(case: Case, ref: reference.OracleResult) -> str | None:
+    """`"<field>: <why>"` when the oracle of `case` is not finite (an output NaN/Inf, or an LSE NaN or +inf;
+    -inf is an empty row's), naming the scale field most likely at fault; None when it is finite. Every
+    comparison needs a finite reference: past it any output would pass."""
+    bad_out = ~torch.isfinite(ref.out)
+    bad_lse = torch.isnan(ref.lse) | torch.isposinf(ref.lse)
+    n = int(bad_out.sum()) + int(bad_lse.sum())
+    if n == 0:
+        return None
+    scales = {"scale": case.softmax_scale, "k_scale": case.k_scale, "v_scale": case.v_scale}
+    field_ = max(scales, key=lambda k: abs(math.log(abs(scales[k]))) if scales[k] else 0.0)
+    shown = ", ".join(f"{k}={v:g}" for k, v in scales.items())
+    return (f"{field_}: the oracle is not finite on this case ({n} NaN/Inf value(s) in its output or LSE; {shown}): "
+            f"scores or values overflow fp32, so no output could be judged; give a case with a finite oracle")
+
+
+def refuse_invalid(out: "CaseOutcome") -> "CaseOutcome":
+    """`out`, or InvalidInput when its case is bad input (`INVALID`: the oracle is not finite)."""
+    if out.status == INVALID:
+        where, _, rule = out.reason.partition(": ")
+        raise InvalidInput(f"case {out.case.short()}: {where}", rule)
+    return out
+
+
+def compile_family(lowering: Lowering, case: Case) -> tuple:
+    """The shapes a lowering may compile once for: its own `compile_family(case)` if it has one, else
+    every field but the batch size, the lengths, the pages and the seed (which must never recompile)."""
+    if optional_hook(lowering, "compile_family") is not None:
+        return tuple(hooks.call(lowering, "compile_family", case, case=case))
+    return (case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.page_size, case.layout,
+            case.window, case.softmax_scale, case.dtype, case.kv_dtype, case.block_storage, case.page_table_dtype)

@@ -1,0 +1,120 @@
+"""One process pool for the child processes of `check --jobs` and `python -m parity.warmup --jobs`.
+
+`run_pool(tasks, start, size, done)` keeps up to `size` children running (`start(task) -> Popen`), calls
+`done(task, exit_code, seconds)` as each ends, and polls for a SIGINT the interpreter swallowed
+(`parity.interrupt.raise_if_requested`). On KeyboardInterrupt with a `grace`, each running child gets
+SIGINT and up to `grace` seconds to finish (to write its partial part); without one the interrupt goes
+on up. Children never outlive the pool: started with `child_kwargs()`, each leads its own process group
+and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
+on every exit path through `run_pool` its whole group is killed in a `finally`.
+
+Public: `run_pool`, `child_kwargs`, `stop_group`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Hashable, Sequence, TypeVar
+
+from parity.interrupt import raise_if_requested
+
+T = TypeVar("T", bound=Hashable)
+
+
+def _libc():
+    """libc, loaded once here: the child's pre-exec hook must not load a library after the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def _dies_with_parent(libc, parent: int):
+    """A `preexec_fn`: SIGKILL this child when the process that started it ends (`PR_SET_PDEATHSIG`); if
+    that process already ended before the call, exit now."""
+    def hook() -> None:
+        if libc is not None:
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+    return hook
+
+
+def child_kwargs() -> dict[str, Any]:
+    """`subprocess.Popen` keyword arguments of a pool child: its own process group (a terminal's Ctrl-C
+    reaches this process only, which passes it on), killed when this process ends."""
+    return {"start_new_session": True, "preexec_fn": _dies_with_parent(_libc(), os.getpid())}
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (it leads its own session: the child, its fork server, its
+    workers); the child itself at least."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+
+
+def run_pool(tasks: Sequence[T], start: Callable[[T], subprocess.Popen], size: int,
+             done: Callable[[T, int, float], None], *, poll: float = 0.2, grace: float | None = None,
+             say: Callable[[str], None] = lambda line: None, what: str = "process(es)") -> bool:
+    """Run `tasks` in up to `size` children (see the module docstring); True when interrupted (only with
+    a `grace`: without one the KeyboardInterrupt propagates once the children are stopped)."""
+    pending = list(tasks)
+    running: dict[T, tuple[subprocess.Popen, float]] = {}
+    interrupted = False
+
+    def reap(task: T, code: int) -> None:
+        _, t0 = running.pop(task)
+        done(task, code, time.perf_counter() - t0)
+
+    def reap_finished() -> None:
+        """Reap every child that has exited; wait `poll` seconds if some still run."""
+        for task in list(running):
+            code = running[task][0].poll()
+            if code is not None:
+                reap(task, code)
+        if running:
+            time.sleep(poll)
+
+    try:
+        while pending or running:
+            while pending and len(running) < size:
+                task = pending.pop(0)
+                running[task] = (start(task), time.perf_counter())
+            reap_finished()
+            raise_if_requested()  # a SIGINT the interpreter swallowed (parity.interrupt)
+    except KeyboardInterrupt:
+        if grace is None:
+            raise
+        interrupted = True
+        say(f"interrupted: asking {len(running)} running {what} to write their partial reports (up to {grace:g} s); "
+            f"{len(pending)} not started")
+        for proc, _ in running.values():
+            proc.send_signal(signal.SIGINT)
+        deadline = time.perf_counter() + grace
+        try:
+            while running and time.perf_counter() < deadline:
+                reap_finished()
+            if running:
+                say(f"{len(running)} {what} wrote nothing within {grace:g} s: stopping them")
+        except KeyboardInterrupt:  # interrupted again: stop now, but still keep what was written
+            say(f"interrupted again: stopping {len(running)} {what} now; what they wrote is kept")
+    finally:
+        for task in list(running):  # past the grace, a second interrupt, an error: stop them
+            proc = running[task][0]
+            stop_group(proc)
+            reap(task, proc.wait())
+    return interrupted

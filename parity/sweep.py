@@ -1,0 +1,395 @@
+"""A lowering over a hypothesis-drawn sweep: `check_lowering`.
+
+Replay the saved failures, run the boundary cases (`_run_boundaries`), then draw cases with hypothesis,
+which shrinks a failure to the smallest case that still fails; each failure re-run and classified
+(`parity.flakiness`). The wrappers of `run_case` it composes: `executor_run_case` (a case in an
+isolated worker, `parity.isolation`), `sharded_run_case` (one shard of the draws, `parity.shards`),
+`stops_on_interrupt`, `refusing_invalid`. A hook that raises, exits or hangs fails the lowering
+(`hook_failure_report`); a plugin's `sys.exit()` too (`_exited`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from lowerings.protocol import Lowering, device_refusal
+from oracle.case import Case
+from parity import flakiness as fl, hooks
+from parity.case_run import compile_family, refuse_invalid, run_case
+from parity.hooks import HookFailure
+from parity.interrupt import raise_if_requested
+from parity.invocation import RunOptions
+from parity.policy import Policy
+from parity.outcome import SKIPPED, CaseOutcome, Failure, LoweringReport
+
+_module_run_case = run_case  # check_lowering rebinds the name `run_case` locally (see there)
+
+
+def compile_budget_message(lowering: Lowering, report: LoweringReport) -> str | None:
+    """A message when the run compiled more than `max_compiles` per shape family it saw."""
+    if lowering.max_compiles is None:
+        return None
+    over = {fam: n for fam, n in report.compile_families.items() if n > lowering.max_compiles}
+    if not over:
+        return None
+    fam, n = max(over.items(), key=lambda kv: kv[1])
+    return (f"compiled {n} times within one shape family {fam} (bound {lowering.max_compiles} per family; "
+            f"{len(over)} of {len(report.compile_families)} families over it; kernels {dict(report.compiles)}): "
+            f"a kernel recompiles for a value it must take at run time (batch size, lengths, split count)")
+
+
+def _exited(report: LoweringReport, err: SystemExit, t0: float) -> LoweringReport:
+    """The lowering's report when its plugin code (`supports()`, `expected_calls()`, or `run()` in process)
+    raised SystemExit: a failure of that lowering, never a clean end of the run."""
+    report.status = "fail"
+    report.extra.append(f"plugin code raised SystemExit({err.code!r}) after {report.cases} case(s) (in supports(), "
+                        f"expected_calls() or run()): a lowering must return, not exit the process")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+class CaseFailed(Exception):
+    """A failing outcome raised inside hypothesis's test function, so that hypothesis shrinks its case."""
+
+    def __init__(self, outcome: CaseOutcome):
+        super().__init__(outcome.summary())
+        self.outcome = outcome
+
+
+_CaseFailed = CaseFailed  # the name `prop` raises: its source text seeds derandomized draws (see check_lowering)
+
+
+def case_failures(err: BaseException) -> list[CaseFailed]:
+    """The `CaseFailed` exceptions inside `err` (hypothesis's Flaky errors group them)."""
+    if isinstance(err, CaseFailed):
+        return [err]
+    found: list[CaseFailed] = []
+    for sub in getattr(err, "exceptions", ()) or ():
+        found += case_failures(sub)
+    if not found and err.__cause__ is not None:
+        found = case_failures(err.__cause__)
+    return found
+
+
+def refusing_invalid(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
+    """`run_case` that raises InvalidInput for a case whose oracle is not finite (`refuse_invalid`)."""
+    def run(*args) -> CaseOutcome:
+        return refuse_invalid(run_case(*args))
+    return run
+
+
+def stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
+    """`run_case` that first raises a SIGINT the interpreter swallowed (`parity.interrupt`)."""
+    def run(*args) -> CaseOutcome:
+        raise_if_requested()
+        return run_case(*args)
+    return run
+
+
+def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],
+                     failing: bool = False) -> Callable[..., CaseOutcome]:
+    """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs those whose draw index is `i`
+    modulo `n` and answers SKIPPED (a pass, to hypothesis) for the rest, so that the `n` shards of a
+    derandomized profile draw the serial run's sequence and together run each of its cases once. After a
+    failure (or from the start, `failing`: a boundary case failed, the draw is to shrink it) it runs every
+    case: hypothesis's shrinking must see each of its attempts judged."""
+    i, n = shard
+    state = {"drawn": 0, "failing": failing}
+
+    def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
+        idx = state["drawn"]
+        state["drawn"] += 1
+        if not state["failing"] and idx % n != i:
+            return CaseOutcome(lowering.name, case, SKIPPED)
+        out = run_case(lowering, case, policy, opts, yardstick)
+        state["failing"] = state["failing"] or out.status == "fail"
+        return out
+    return run
+
+
+def executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
+    """`run_case`'s signature over `executor.run` (supports() is asked here, under the hook watchdog of
+    `parity.hooks`: no round trip for it)."""
+    def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
+        why = hooks.call(lowering, "supports", case, case=case)
+        if why:
+            return CaseOutcome(lowering.name, case, "unsupported", reason=why)
+        return executor.run(lowering.name, case)
+    return run
+
+
+class CaseExecutor(Protocol):
+    """Where `check_lowering` runs a case: in process (the default) or in a worker (parity.isolation).
+    An executor may also answer `available(lowering_name, device) -> (ok, why)` (asked there, isolated)."""
+
+    def run(self, lowering_name: str, case: Case) -> CaseOutcome: ...
+
+
+def lowering_available(lowering: Lowering, device: str, executor: CaseExecutor | None = None) -> tuple[bool, str]:
+    """`(False, why)` on a device the lowering does not declare in `devices` (`device_refusal`; its
+    `available()` is not asked); else `lowering.available(device)`: in the executor's worker when it offers
+    it, else here under the hook watchdog; a hook failure raises `HookFailure`, a malformed answer too."""
+    refused = device_refusal(lowering, device)
+    if refused:
+        return False, refused
+    asked = getattr(executor, "available", None)
+    if callable(asked):
+        return asked(lowering.name, device)
+    return availability(lowering.name, hooks.call(lowering, "available", device))
+
+
+def availability(lowering_name: str, answer: Any) -> tuple[bool, str]:
+    """`available()`'s answer as `(ok, why)`; anything but a pair (bool, str) raises HookFailure."""
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[1], str)):
+        raise HookFailure(lowering_name, "available", f"available() returned {answer!r:.200}, expected (bool, str)")
+    return bool(answer[0]), answer[1]
+
+
+def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) -> "LoweringReport":
+    """`report` failed by a hook's failure: the note names the hook; the case it was asked about (if any)
+    becomes a failure (not shrunk) with its replayable file."""
+    report.status = "fail"
+    report.extra.append(f"{hf.message}; the check of this lowering stopped there (after {report.cases} case(s))")
+    if hf.case is not None:
+        report.failures.append(Failure(CaseOutcome(report.lowering, hf.case, "fail", failures=[hf.message]),
+                                       shrunk=False))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
+    """`parity.flakiness.name_failures`; SIGINT while re-running keeps the report (marked interrupted)."""
+    try:
+        fl.name_failures(report, reruns.classify, sanitizer)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.status = "fail"
+        report.extra.append("interrupted while re-running a failure to classify it: a partial run, not a verdict")
+
+
+def _run_boundaries(boundaries: Sequence[Any], lowering: Lowering, policy: Policy, opts: RunOptions,
+                    yardstick: Lowering | None, run_case: Callable[..., CaseOutcome], report: LoweringReport,
+                    progress) -> tuple[bool, tuple[CaseOutcome, str] | None]:
+    """Run the boundary cases in order, up to the first that fails. Returns `(done, failure)`: `done` when
+    the report is final (a failing case whose other side passes: the bug needs this side of a declared
+    boundary, and the case, every other field at its simplest, is minimal: recorded as shrunk); else the
+    first failing case and its label, for `check_lowering` to report if the random draw finds none to
+    shrink."""
+    ran: dict[str, CaseOutcome] = {}
+
+    def run(case: Case) -> CaseOutcome:
+        key = case.to_json(indent=None)
+        if key not in ran:
+            raise_if_requested()
+            out = ran[key] = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+        return ran[key]
+
+    for bnd in boundaries:
+        out = run(bnd.case)
+        if out.status != "fail":
+            continue
+        if bnd.other_side is not None and run(bnd.other_side).status == "pass":
+            report.failures.append(Failure(out, shrunk=True))
+            report.extra.append(f"caught by the boundary case {bnd.label}, run before the random draw: its other "
+                                f"side passes and every other field is the simplest, so it is the minimal case")
+            report.status = "fail"
+            return True, None
+        return False, (out, bnd.label)
+    return False, None
+
+
+def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, opts: RunOptions = RunOptions(),
+                   yardstick: Lowering | None = None, replay: list[Case] = (),
+                   progress: Callable[[LoweringReport, CaseOutcome], None] | None = None,
+                   target: bool = False, seed: int | None = None,
+                   executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
+                   flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None,
+                   boundaries: Sequence[Any] = ()) -> LoweringReport:
+    """Replay saved failures, run the boundary cases, then draw cases with hypothesis; a failure is shrunk
+    and recorded.
+
+    `boundaries` (`strategies.Boundary`: `.case`, `.label`, `.other_side`; `strategies.check_cases`
+    gives a lowering's) run before the first drawn case, whatever the seed (`_run_boundaries`).
+
+    `executor` (an object with `run(lowering_name, case) -> CaseOutcome`, e.g.
+    `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
+    that survives the lowering crashing or hanging; None runs `run_case` in this process. Either way a
+    failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
+    `shard=(i, n)` runs every n-th drawn case from the i-th (`sharded_run_case`; 0 <= i < n).
+    A hook of the lowering (`available`, `supports`, ...) that raises, exits or hangs fails the lowering at
+    once, naming the hook, the time and the case (`parity.hooks`; not shrunk); the caller goes on.
+    Each failure is then re-run `flaky_runs` (R) times and classified (`parity.flakiness`: "failed k of R
+    runs", nondeterministic, state-dependent); a failure that passed on hypothesis's replay is shrunk in a
+    second search where a case fails if it fails in one of R runs; `sanitizer(lowering_name, case, history)`
+    (on CUDA: `parity.sanitizer`) replays a nondeterministic one and its report is attached. 0: none of it.
+    """
+    # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
+    # draws from the test function's source, so `prop` below keeps the exact text it always had and a
+    # given profile draws the same cases in process and isolated.
+    run_case = _module_run_case if executor is None else executor_run_case(executor)
+
+    judge_again = stops_on_interrupt(run_case)  # re-runs that classify a failure (not absorbed in the report)
+    reruns = fl.Reruns(lowering, opts, lambda c: judge_again(lowering, c, policy, opts, yardstick), executor,
+                       flaky_runs)
+    run_case = base_run_case = reruns.history.wrap(run_case)
+
+    t0 = time.perf_counter()
+    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
+    try:
+        return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
+                               yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
+                               executor=executor, shard=shard, run_case=run_case, flaky_runs=flaky_runs,
+                               sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case,
+                               boundaries=boundaries)
+    except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
+        return hook_failure_report(report, hf, t0)
+
+
+def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, t0: float, *, strategy, settings,
+                    opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
+                    seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
+                    run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
+                    base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any]) -> LoweringReport:
+    from hypothesis import given, target as hyp_target
+    from hypothesis.errors import Flaky, Unsatisfiable
+
+    ok, why = lowering_available(lowering, opts.device, executor)
+    if not ok:
+        report.status, report.reason = "unavailable", why
+        return report
+    try:
+        for case in replay:
+            raise_if_requested()
+            out = refuse_invalid(run_case(lowering, case, policy, opts, yardstick))
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+            if out.status == "fail":
+                report.failures.append(Failure(out, shrunk=False))
+    except KeyboardInterrupt:
+        report.status, report.interrupted = "fail", True
+        report.extra.append(f"interrupted after {report.cases} case(s), replaying the saved failures: a partial "
+                            f"run, not a verdict")
+        report.seconds = time.perf_counter() - t0
+        return report
+    except SystemExit as err:
+        return _exited(report, err, t0)
+    if report.failures:
+        report.status = "fail"
+        report.extra.append("a saved failure still fails; fix it before new cases are drawn")
+        if flaky_runs:
+            _name_failures(report, reruns, sanitizer)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    boundary_failure = None
+    if boundaries and (shard is None or shard[0] == 0):  # like the replays: once, in the first shard
+        try:
+            done, boundary_failure = _run_boundaries(boundaries, lowering, policy, opts, yardstick, run_case,
+                                                     report, progress)
+        except KeyboardInterrupt:
+            report.status, report.interrupted = "fail", True
+            report.extra.append(f"interrupted after {report.cases} case(s), running the boundary cases: a partial "
+                                f"run, not a verdict")
+            done = True
+        except SystemExit as err:
+            return _exited(report, err, t0)
+        if done:
+            if flaky_runs and report.failures and not report.interrupted:
+                _name_failures(report, reruns, sanitizer)
+            report.seconds = time.perf_counter() - t0
+            return report
+
+    if shard is not None:  # after the replays: they run in every shard that is given them
+        run_case = sharded_run_case(run_case, shard, failing=boundary_failure is not None)
+        if progress is not None:
+            shown = progress
+            progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
+    run_case = refusing_invalid(stops_on_interrupt(run_case))
+
+    @settings
+    @given(case=strategy)
+    def prop(case: Case) -> None:
+        out = run_case(lowering, case, policy, opts, yardstick)
+        report.absorb(out, compile_family(lowering, case))
+        if progress:
+            progress(report, out)
+        if target and out.status == "pass":
+            hyp_target(float(out.figure("out_ulp", 0.0) or 0.0), label="out_ulp")
+        if out.status == "fail":
+            raise _CaseFailed(out)
+
+    if seed is None and not settings.derandomize and flaky_runs:
+        import random  # a seed of our own: the search that shrinks a flaky failure draws the same cases
+        seed = random.getrandbits(64)
+    if seed is not None:
+        from hypothesis import seed as hyp_seed
+        prop = hyp_seed(seed)(prop)
+    from strategies._determinism import seed_only_draws
+
+    def search_again(shrinking_run_case) -> CaseOutcome | None:
+        """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database;
+        the smallest failing outcome it found, or None."""
+        nonlocal run_case
+        from hypothesis import settings as hyp_settings
+        run_case = refusing_invalid(stops_on_interrupt(shrinking_run_case))
+        again = hyp_settings(settings, database=None)(given(case=strategy)(prop.hypothesis.inner_test))
+        if seed is not None:
+            from hypothesis import seed as hyp_seed
+            again = hyp_seed(seed)(again)
+        try:
+            with seed_only_draws():  # the draws of the first search, in any process
+                again()
+        except CaseFailed as err:
+            return err.outcome
+        except Flaky as err:  # the verdicts are kept per case: only a lowering that changes its draws gets here
+            found = case_failures(err)
+            return min((e.outcome for e in found), key=lambda o: fl.case_size(o.case)) if found else None
+        return None
+
+    try:
+        with seed_only_draws():  # the same cases in any process, whatever it imported
+            prop()
+    except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
+        report.interrupted = True
+        report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
+    except SystemExit as err:
+        return _exited(report, err, t0)
+    except Unsatisfiable:  # supports() (or the limits) admit no case the strategy can draw: nothing judged
+        report.reason = (f"no case could be drawn that supports() accepts under these limits ({report.cases} "
+                         f"judged): nothing judged")
+    except _CaseFailed as err:
+        report.failures.append(Failure(err.outcome, shrunk=True))
+    except Flaky as err:  # failed, then passed on hypothesis's replay: a race, a crash or hang, state
+        failed = case_failures(err)
+        if not failed:
+            raise
+        if not flaky_runs:
+            report.failures.append(Failure(failed[0].outcome, shrunk=False))
+            report.extra.append(f"flaky: the case below failed, then passed when hypothesis replayed it "
+                                f"({failed[0].outcome.failures[0][:120]}); not shrunk")
+        else:
+            try:
+                fl.shrink_flaky(report, [f.outcome for f in failed], reruns, base_run_case, search_again)
+            except KeyboardInterrupt:
+                report.interrupted = True
+                report.failures.append(Failure(failed[0].outcome, shrunk=False))
+                report.extra.append("interrupted while shrinking a flaky failure: a partial run, not a verdict")
+    if boundary_failure is not None and not report.failures and not report.interrupted:
+        report.failures.append(Failure(boundary_failure[0], shrunk=False))
+        report.extra.append(f"caught by the boundary case ({boundary_failure[1]}) run before the random draw, "
+                            f"which did not reach it in {report.cases} case(s); not shrunk")
+    if flaky_runs and report.failures and not report.interrupted:
+        _name_failures(report, reruns, sanitizer)
+    msg = compile_budget_message(lowering, report)
+    if msg:
+        report.extra.append(msg)
+    if report.failures or report.extra:
+        report.status = "fail"
+    report.seconds = time.perf_counter() - t0
+    return report
+

@@ -1,0 +1,101 @@
+"""The lowering protocol's optional hooks (`OptionalHooks`, read through `optional_hook` /
+`optional_attribute`), `devices` enforced before `available()`, and the semantic rules the lowerings share
+(`oracle.rules`)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from hypothesis import strategies as st
+
+import lowerings
+from lowerings import flashinfer
+from lowerings.protocol import (OPTIONAL_ATTRIBUTES, OPTIONAL_METHODS, OptionalHooks, device_refusal,
+                                optional_attribute, optional_hook)
+from lowerings.torch_emulation import Context, DecodeRows, Sdpa
+from oracle import rules
+from parity import policy
+from parity.runner import RunOptions, check_lowering, lowering_available
+from strategies import build_case
+
+
+class CudaOnlyClaimingCpu(Sdpa):
+    """Declares `devices = ("cuda",)` but its `available()` says yes everywhere (the mismatch a plugin
+    author makes); `available()` records that it was asked."""
+
+    name = "cuda_only_claiming_cpu"
+    devices = ("cuda",)
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def available(self, device):
+        self.asked += 1
+        return True, ""
+
+
+def test_devices_is_enforced_before_available():
+    lw = CudaOnlyClaimingCpu()
+    assert lowering_available(lw, "cpu") == (False, "cuda_only_claiming_cpu runs on cuda only, not cpu")
+    assert lw.asked == 0, "available() must not be asked on a device the lowering does not declare"
+    rep = check_lowering(lw, policy.load(), strategy=st.nothing(), settings=lambda f: f, opts=RunOptions())
+    assert rep.status == "unavailable" and rep.reason == "cuda_only_claiming_cpu runs on cuda only, not cpu"
+    assert device_refusal(Sdpa(), "cpu") is None and device_refusal(Sdpa(), "cuda") is None
+
+
+def test_optional_hooks_are_read_by_name_and_a_typo_is_refused():
+    ctx = flashinfer.FlashinferContext("fa2")
+    assert optional_hook(ctx, "kernel_families") == ctx.kernel_families
+    assert optional_hook(Sdpa(), "kernel_families") is None
+    assert optional_hook(DecodeRows(), "dispatch_boundaries")() == {"batch_size": (rules.DECODE_ROWS_MAX_BATCH,)}
+    assert optional_attribute(Sdpa(), "writes_given_output") is False
+    assert optional_attribute(DecodeRows(), "threshold") == 32 and optional_attribute(Sdpa(), "threshold") is None
+    assert optional_attribute(ctx, "graph_safe") is True
+    with pytest.raises(KeyError, match="kernel_family"):
+        optional_hook(ctx, "kernel_family")
+    with pytest.raises(KeyError, match="graphsafe"):
+        optional_attribute(ctx, "graphsafe")
+
+
+def test_the_protocol_declares_every_optional_hook_it_lists():
+    """`OptionalHooks` declares each name of `OPTIONAL_METHODS` as a method and each of `OPTIONAL_ATTRIBUTES` as
+    an annotated attribute, and its docstring documents every one of them."""
+    doc = inspect.getdoc(OptionalHooks)
+    for name in OPTIONAL_METHODS:
+        assert callable(getattr(OptionalHooks, name, None)), name
+        assert f"`{name}(" in doc, name
+    for name in OPTIONAL_ATTRIBUTES:
+        assert name in OptionalHooks.__annotations__, name
+        assert f"`{name}`" in doc, name
+
+
+def test_every_builtin_declares_only_known_optional_hooks():
+    """A method or attribute named like a hook but misspelt would be silently ignored: every public callable of
+    a built-in lowering is a required method, a known optional hook, or its own helper (listed)."""
+    own = {"merge_calls", "uses_rows", "append_block", "decode", "prefill", "decode_call", "prefill_call",
+           "append_call", "workspace", "decode_wrapper", "prefill_wrapper", "graph_decode",
+           "graph_prefill", "graph_outputs", "graph_append", "poisoned_workspace"}
+    required = {"available", "supports", "expected_calls", "run"}
+    for lw in lowerings.all_lowerings():
+        public = {n for n in dir(lw) if not n.startswith("_") and callable(getattr(lw, n))}
+        unknown = public - required - set(OPTIONAL_METHODS) - own
+        assert not unknown, (lw.name, unknown)
+
+
+@pytest.mark.parametrize("window,K,reason", [
+    (("noncausal", None), 4, None), (("noncausal_swa", 4), 4, None), (("noncausal_swa", 3), 4, "exact iff K-1 <= right"),
+    (("causal", None), 1, None), (("causal", None), 2, "exact iff K-1 <= right"),
+])
+def test_the_context_window_rule_is_one_rule(window, K, reason):
+    """The torch and flashinfer context adapters refuse exactly the cases `oracle.rules` refuses, word for word."""
+    case = build_case(dict(context_lens=[20], block_size=K, num_kv_heads=1, group=1, head_dim=64, page_size=16,
+                           window=window, dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0, scale=None,
+                           layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0,
+                           spare_pages=1, extra_pages=0, perm_seed=0, seed=1))
+    want = rules.context_window_reason(case)
+    assert (want is None) == (reason is None) and (reason is None or reason in want)
+    assert Context().supports(case) == want
+    assert flashinfer.FlashinferContext("fa2").supports(case) == want
+    decode = rules.decode_rows_window_reason(case)
+    assert DecodeRows().supports(case) == decode == flashinfer.FlashinferDecodeRows().supports(case)

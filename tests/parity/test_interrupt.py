@@ -1,0 +1,136 @@
+"""Interrupts (SIGINT, SIGTERM, SIGHUP: parity/interrupt.py): a check stopped at once keeps its report, the
+interrupted lowering failed as a partial run; a repeated signal is one interrupt; a swallowed one is raised
+again between cases; a `--jobs` parent keeps the merged report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parity import cli, interrupt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
+
+
+def test_an_interrupted_check_keeps_what_ran(tmp_path):
+    """SIGINT (KeyboardInterrupt) during a lowering's cases: its report keeps the cases that ran and
+    fails as a partial run; `check` writes the report and exits 130 (as a --jobs child does for its part)."""
+    import lowerings
+    from parity import policy
+    from parity.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    seen = []
+
+    def progress(report, outcome):
+        seen.append(outcome)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    lw = lowerings.get("decode_rows")
+    rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
+                         opts=RunOptions(), progress=progress)
+    assert rep.interrupted and rep.status == "fail" and rep.cases == 3
+    assert rep.extra == ["interrupted after 3 case(s): a partial run, not a verdict"]
+
+
+def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkeypatch, capsys):
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    from parity import session
+
+    monkeypatch.setattr(session, "warm_up_lowering", stop)
+    code = cli.main(["check", "--warm-up", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu",
+                     "--no-isolate", "--quiet", "--report", str(tmp_path)])
+    assert code == 130
+    data = json.loads((tmp_path / "parity.json").read_text())
+    assert list(data["lowerings"]) == ["decode_rows"]
+    v = data["lowerings"]["decode_rows"]
+    assert v["status"] == "fail" and "during the JIT warm-up" in v["notes"][0]
+
+
+def test_a_repeated_sigint_is_one_interrupt():
+    """coreutils `timeout -s INT` signals the command and its process group: two SIGINTs at once are one
+    interrupt; one after the window is a second."""
+    now = [100.0]
+    handler = interrupt.SigintOnce(window=1.0, clock=lambda: now[0])
+    with pytest.raises(KeyboardInterrupt):
+        handler(2, None)
+    assert handler.hit
+    now[0] += 0.01
+    assert handler(2, None) is None
+    now[0] += 2.0
+    with pytest.raises(KeyboardInterrupt):
+        handler(2, None)
+
+
+def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
+    """SIGINT twice, 0.2 s apart, to a `check --jobs` parent (as `timeout -s INT` sent it on a loaded
+    H200 host, run 12): the second is the same interrupt, the children write their partial parts and the
+    merged report is written; exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import threading
+
+    report = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows", "--lowering",
+                             "sdpa", "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--jobs", "2",
+                             "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    # until both children have judged a case (each prints its first progress line at once)
+    while time.monotonic() < deadline and not all(any(ln.startswith(f"  {n}: ") for ln in list(lines))
+                                                  for n in ("decode_rows", "sdpa")):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.2)  # the second lands while the first is handled (two at once would coalesce into one)
+    os.kill(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 130, out
+    data = json.loads((report / "parity.json").read_text())
+    for name in ("decode_rows", "sdpa"):
+        v = data["lowerings"][name]
+        assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (name, v["notes"], out)
+    assert "interrupted again" not in out
+
+
+def test_a_swallowed_sigint_still_stops_the_check():
+    """A KeyboardInterrupt raised inside a gc callback is printed and dropped by Python (seen on CPU: the
+    check went on until its parent killed it); the recorded interrupt stops the run before the next case."""
+    import lowerings
+    from parity import policy
+    from parity.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    seen = []
+
+    def progress(report, outcome):
+        seen.append(outcome)
+        if len(seen) == 3:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:  # swallowed, as an "Exception ignored in: gc_callback" is
+                pass
+
+    import signal
+
+    lw = lowerings.get("decode_rows")
+    with interrupt.installed(force=True):
+        rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
+                             opts=RunOptions(), progress=progress)
+    assert rep.interrupted and rep.cases == 3 and len(seen) == 3
+    assert not interrupt.requested()  # the handler is gone with the block
