@@ -77,6 +77,23 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code} without answering"
 
 
+def context_lost(device: str) -> str | None:
+    """In a worker, after a case: None while the device is usable; else the error that says it is not. A
+    CUDA fault (an illegal address, a device-side assert) is sticky: every later call of the process fails,
+    the framework's own included, so the worker must be replaced before the next case. Synchronizing here
+    also makes an asynchronous fault show up in the case that launched it, not in the next one (the H200's
+    `scale` run: a 32-bit offset past 2**31 elements, then `WorkerError` on the next, smallest case)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001  (any error here means the context is unusable)
+        return f"{type(err).__name__}: {err}".splitlines()[0]
+    return None
+
+
 def _inflight_name(lowering: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
     return f"{safe}.json"
@@ -339,6 +356,12 @@ class IsolatedExecutor:
             return None, f"crashed: worker {describe_exit(code)} while running this case", time.perf_counter() - t0
         self._remove(path)
         self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
+        lost = msg.get("context_lost")
+        if lost:  # a fault of this case, whatever it answered; the worker exits, the next case gets a new one
+            self._reap()
+            self.crashes += 1
+            return None, f"crashed: the device faulted while running this case ({lost}); worker replaced", \
+                time.perf_counter() - t0
         if "hook_failure" in msg:
             raise HookFailure.from_json(msg["hook_failure"])
         if "error" in msg:
@@ -507,5 +530,10 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
             answer = {"hook_failure": hf.to_json()}
         except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)
             answer = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+        lost = None if "available" in answer else context_lost(opts.device)
+        if lost:
+            answer["context_lost"] = lost
         answer["cpu_s"] = time.process_time()
         conn.send(answer)
+        if lost:  # a faulted CUDA context fails every later call: this worker is done
+            return

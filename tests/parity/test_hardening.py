@@ -283,6 +283,56 @@ def test_cli_check_survives_a_segfaulting_plugin(tmp_path, capsys):
     assert "crashed: worker killed by SIGSEGV" in out
 
 
+# A device fault, simulated on the CPU: a case with more than one page of context "faults" the device, and
+# from then on every call of the process fails (a CUDA fault is sticky), the framework's input building
+# included, until the worker is replaced. The worker's end-of-case check (`parity.isolation.context_lost`,
+# `torch.cuda.synchronize()` on CUDA) is what says so; here the plugin answers for it.
+FAULTER = '''
+import parity.isolation as iso
+import parity.case_run as cr
+from lowerings import register
+from lowerings.torch_emulation import Sdpa
+
+FAULT = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+faulted = []
+iso.context_lost = lambda device: FAULT if faulted else None
+_prepare = cr.prepare_inputs
+def prepare(*args, **kw):
+    if faulted:
+        raise RuntimeError(FAULT)
+    return _prepare(*args, **kw)
+cr.prepare_inputs = prepare
+
+class Faulter(Sdpa):
+    name = "faulter"
+    def run(self, inputs):
+        if max(inputs.context_lens_host) > inputs.case.page_size:
+            faulted.append(True)
+        return super().run(inputs)
+
+register(Faulter())
+'''
+
+
+def test_a_device_fault_is_the_case_that_faulted_and_the_worker_is_replaced(tmp_path, capsys):
+    """The H200's `scale` run: after a kernel faulted the device, the next (shrinking) case failed inside the
+    framework and the run ended with a WorkerError. Now the fault is the failure of the case that caused it,
+    the worker is replaced, and the failure shrinks like any other."""
+    plugin = tmp_path / "faulter.py"
+    plugin.write_text(FAULTER)
+    report = tmp_path / "report"
+    code = cli.main(["check", "--plugin", str(plugin), "--lowering", "faulter", "--max-examples", "8",
+                     "--report", str(report), "--quiet", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "WorkerError" not in out + err
+    saved = json.loads((report / "failures" / "faulter-1.json").read_text())
+    assert saved["failures"][0].startswith("crashed: the device faulted while running this case "
+                                           "(AcceleratorError: CUDA error: an illegal memory access"), saved["failures"]
+    case = Case.from_json_dict(saved["case"])
+    assert case.batch_size == 1 and case.context_lens == (case.page_size + 1,), case.short()
+
+
 def test_cli_case_timeout_needs_isolation(tmp_path, capsys):
     code = cli.main(["check", "--lowering", "sdpa", "--no-isolate", "--case-timeout", "5", "--report", str(tmp_path)])
     _, err = capsys.readouterr()
