@@ -120,6 +120,7 @@ PRODUCTION = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(PRODUCTION))
 def test_production_mutant_caught_by_the_default_gpu_profile(key):
     """Each production-scale mutant (tests/mutants.py's on CUDA, tests/gpu_mutants.py's flashinfer ones) under
@@ -153,6 +154,7 @@ def test_production_mutant_caught_by_the_default_gpu_profile(key):
     assert case is not None and shrunk_ok(case), f"{key}: not the smallest case that shows it: {case.short()}"
 
 
+@pytest.mark.slow
 def test_int32_offsets_caught_by_the_scale_profile(tmp_path):
     """`hybrid_paged` with 32-bit pool offsets: correct on every pool of the default profiles, caught by the
     `scale` profile (pools padded past 2**31 elements), isolated (the wrapped offset may fault), and shrunk
