@@ -245,3 +245,17 @@ def test_the_graph_check_sees_a_shared_compiled_function(monkeypatch):
     _run_families(merge)
     bad = _only_batch_symbolic(graphs)
     assert "graph 2: tensor input 0 has symbolic dims [0, 1, 2]" in bad, bad  # q: B, K and Hq
+
+
+def test_the_check_sees_a_second_pointer_type_in_a_family():
+    """The check can fail on a tensor argument: an int32 and an int64 page table in one family are two
+    signatures of a kernel (the H200's `hybrid_paged[splits=4]` finding, docs/gpu run 16), and so is a
+    pointer that loses its 16-byte alignment; the same dtype and alignment are one."""
+    base = torch.zeros(64, dtype=torch.int32)
+    log = [(("fam",), "k", ("pt_ptr", "n"), (base, 5), {}),
+           (("fam",), "k", ("pt_ptr", "n"), (torch.zeros(64, dtype=torch.int32), 7), {})]
+    assert all(len(v) == 1 for v in variants(log, {}).values())
+    wide = log + [(("fam",), "k", ("pt_ptr", "n"), (torch.zeros(64, dtype=torch.int64), 5), {})]
+    assert [differing(v) for v in variants(wide, {}).values()] == [["pt_ptr"]]
+    shifted = log + [(("fam",), "k", ("pt_ptr", "n"), (base[1:], 5), {})]  # 4 bytes past an aligned start
+    assert [differing(v) for v in variants(shifted, {}).values()] == [["pt_ptr"]]
