@@ -1,0 +1,107 @@
+"""A speed change must not change what a run finds: the same seeded CPU run gives the verdicts, cases,
+figures and shrunk failures recorded in `data/figures_seed3.json` before the speed work of the issue
+"Four times the cases per GPU-minute" (the yardstick without its unused LSE, thread counts, ...).
+
+The run: `check --device cpu --seed 3 --max-examples 25` (hardening on, in process) over the torch lowerings
+and one mutant (`examples/plugin_window_off_by_one.py`: its failure is found and shrunk), small shapes.
+Verdicts, case counts, classes and the worst and shrunk cases compare exactly; the floating-point figures
+to 1e-9 relative (the same wheel on the same kind of CPU gives the same bits; the slack only keeps a
+different SIMD width from failing a run that found the same cases).
+
+Regenerate (only when a change is meant to change what a run finds, and say why in the commit):
+    python tests/parity/test_figures_unchanged.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "data" / "figures_seed3.json"
+MUTANT = ROOT / "examples" / "plugin_window_off_by_one.py"
+LOWERINGS = ("sdpa", "context", "decode_rows", "windowed_merge[eager]", "my_windowed_merge")
+ARGS = ["--device", "cpu", "--seed", "3", "--max-examples", "25", "--no-isolate", "--quiet", "--flaky-runs", "2",
+        "--plugin", str(MUTANT), "--limit", "max_batch=3", "--limit", "max_context=96",
+        "--limit", "max_production_context=0"]
+KEPT = ("status", "cases", "passed", "unsupported", "judged", "calls_checked", "classes", "drawn", "worst_margin",
+        "worst_case", "worst_figures", "worst_ulp", "worst_ulp_case", "worst_rel_l2", "worst_rel_l2_case")
+FAILURE_KEPT = ("case", "shrunk", "message")
+
+
+def figures(report_dir: Path) -> dict:
+    """What the run found, per lowering: the fields of `KEPT` and its failures' cases and messages."""
+    import lowerings
+    from lowerings import registry
+    from parity import cli
+
+    lowerings.names()
+    with registry.restored():
+        argv = ["check", *ARGS, "--report", str(report_dir)]
+        for name in LOWERINGS:
+            argv += ["--lowering", name]
+        code = cli.main(argv)
+    data = json.loads((report_dir / "parity.json").read_text())
+    out = {"exit": code, "verdict": data["verdict"], "lowerings": {}}
+    for name in LOWERINGS:
+        entry = data["lowerings"][name]
+        kept = {k: entry.get(k) for k in KEPT}
+        kept["failures"] = [{k: f.get(k) for k in FAILURE_KEPT} for f in entry.get("failures", [])]
+        out["lowerings"][name] = kept
+    return out
+
+
+def differences(want, got, path: str = "") -> list[str]:
+    """Where `got` differs from `want`: exact for everything but floats (1e-9 relative)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [f"{path}.{k}: missing" for k in want if k not in got]
+        out += [f"{path}.{k}: not in the fixture" for k in got if k not in want]
+        for k in want:
+            if k in got:
+                out += differences(want[k], got[k], f"{path}.{k}")
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: {len(got)} items, the fixture has {len(want)}"]
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b, f"{path}[{i}]")]
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        if math.isclose(want, got, rel_tol=1e-9, abs_tol=0.0) or (math.isnan(want) and math.isnan(got)):
+            return []
+        return [f"{path}: {got!r}, the fixture has {want!r}"]
+    return [] if want == got else [f"{path}: {got!r}, the fixture has {want!r}"]
+
+
+@pytest.mark.usefixtures("single_threaded_torch")
+def test_a_seeded_cpu_run_finds_what_it_found_before(tmp_path):
+    want = json.loads(FIXTURE.read_text())
+    got = figures(tmp_path / "report")
+    assert got["lowerings"]["my_windowed_merge"]["failures"], "the mutant's failure is part of what is compared"
+    assert got["lowerings"]["my_windowed_merge"]["failures"][0]["shrunk"]
+    diff = differences(want, got)
+    assert not diff, "the seeded run changed:\n" + "\n".join(diff[:20])
+
+
+def test_the_comparison_sees_a_changed_figure():
+    want = json.loads(FIXTURE.read_text())
+    got = json.loads(FIXTURE.read_text())
+    fig = got["lowerings"]["sdpa"]["worst_figures"]
+    key = next(k for k, v in fig.items() if isinstance(v, float) and v)
+    fig[key] *= 1 + 1e-6
+    got["lowerings"]["context"]["cases"] += 1
+    diff = differences(want, got)
+    assert any(f"sdpa.worst_figures.{key}" in d for d in diff) and any("context.cases" in d for d in diff)
+
+
+if __name__ == "__main__":  # regenerate the fixture
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        FIXTURE.write_text(json.dumps(figures(Path(tmp) / "report"), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {FIXTURE}", file=sys.stderr)
