@@ -128,6 +128,8 @@ class OptionalHooks(Protocol):
       it (one output buffer, or the first function wrong once the others are prepared) and times one
       input set, the L2 flushed before each replay, instead of one graph per rotating set. Without
       `prepare`, bench times `run` eagerly.
+    - `run_output(inputs) -> Tensor` (`parity.case_run.run_yardstick`): the output alone, the same bits
+      as `run(inputs).out`, for a lowering that serves as the yardstick (`sdpa`: no LSE computed).
     - `graph_safe` (default False): whether `prepare` is supported (the flashinfer adapters say so; no
       check reads it: `prepare` raising NotImplementedError is what bench acts on).
     - `threshold` (default None; `dflash-parity bench`'s decode-rows table): a dispatching lowering's
@@ -153,10 +155,12 @@ class OptionalHooks(Protocol):
 
     def prepare(self, inputs: Inputs) -> Callable[[], LoweringResult]: ...
 
+    def run_output(self, inputs: Inputs) -> Any: ...
+
 
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
 OPTIONAL_METHODS = ("case_limits", "dispatch_boundaries", "compile_family", "kernel_families",
-                    "forbidden_kernel_families", "jit_modules", "prepare")
+                    "forbidden_kernel_families", "jit_modules", "prepare", "run_output")
 OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None, "graph_safe": False, "threshold": None}
 
 

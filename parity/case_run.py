@@ -49,9 +49,11 @@ def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome
     need = footprint.yardstick_bytes(case)
     if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
         return None
+    run_output = optional_hook(yardstick, "run_output")  # the output alone (sdpa: no LSE computed)
+    run = run_output if run_output is not None else (lambda x: yardstick.run(x).out)
     if memory.fits(None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
-        return yardstick.run(inputs.clone()).out
-    return yardstick.run(inputs).out
+        return run(inputs.clone())
+    return run(inputs)
 
 
 def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = RunOptions(),

@@ -419,7 +419,9 @@ def cmd_repro(args) -> int:
 
 def _history_of(wrapper: dict, path: Path) -> list:
     """The cases a failure file says must run first, oldest first (its classification found that the failure
-    depends on the state a previous call leaves), or none."""
+    depends on the state a previous call leaves), or none. When the bit-for-bit probe saw the case's result
+    change after one particular history case (`probe.after_history[j]`), that case runs last, so that the
+    state the replayed case reads is the state that changed it (the latest history case may leave none)."""
     from oracle.case import Case
 
     c = wrapper.get("classification") or {}
@@ -428,8 +430,13 @@ def _history_of(wrapper: dict, path: Path) -> list:
     hist = c.get("history") or []
     if not isinstance(hist, list):
         raise InvalidInput(f"{path}: classification.history", "an array of cases")
-    return [Case.from_json_dict(h, source=f"{path}: classification.history[{i}]")
-            for i, h in reversed(list(enumerate(hist)))]
+    order = list(reversed(range(len(hist))))  # oldest first
+    probe = c.get("probe") if isinstance(c.get("probe"), dict) else {}
+    after = probe.get("after_history") or []
+    changed = [j for j in order if j < len(after) and isinstance(after[j], str) and after[j]]
+    if changed:  # the probe saw the result change after history case j: it runs last, right before the case
+        order = [j for j in order if j != changed[-1]] + [changed[-1]]
+    return [Case.from_json_dict(hist[i], source=f"{path}: classification.history[{i}]") for i in order]
 
 
 def cmd_gate(args) -> int:

@@ -99,3 +99,24 @@ def test_the_context_window_rule_is_one_rule(window, K, reason):
     assert flashinfer.FlashinferContext("fa2").supports(case) == want
     decode = rules.decode_rows_window_reason(case)
     assert DecodeRows().supports(case) == decode == flashinfer.FlashinferDecodeRows().supports(case)
+
+
+@pytest.mark.parametrize("window,grouped", [(("noncausal", None), False), (("causal_swa", 5), False),
+                                            (("noncausal", None), True)])
+def test_the_yardstick_output_alone_is_the_same_bits_as_run(window, grouped, monkeypatch):
+    """`Sdpa.run_output` (the yardstick's path, no LSE) returns `run(...).out` bit for bit, also one KV
+    head's query group at a time (`SDPA_GROUPED_ELEMENTS`)."""
+    import torch
+
+    from lowerings import torch_emulation
+    from oracle.inputs import materialize
+
+    if grouped:
+        monkeypatch.setattr(torch_emulation, "SDPA_GROUPED_ELEMENTS", 1)
+    case = build_case(dict(context_lens=[33, 0, 70], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=16,
+                           window=window, dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0, scale=None,
+                           layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0,
+                           spare_pages=1, extra_pages=0, perm_seed=0, seed=1))
+    inputs = materialize(case)
+    full, alone = Sdpa().run(inputs), Sdpa().run_output(inputs)
+    assert full.lse is not None and torch.equal(alone, full.out)

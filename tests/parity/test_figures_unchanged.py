@@ -4,9 +4,13 @@ figures and shrunk failures recorded in `data/figures_seed3.json` before the spe
 
 The run: `check --device cpu --seed 3 --max-examples 25` (hardening on, in process) over the torch lowerings
 and one mutant (`examples/plugin_window_off_by_one.py`: its failure is found and shrunk), small shapes.
-Verdicts, case counts, classes and the worst and shrunk cases compare exactly; the floating-point figures
-to 1e-9 relative (the same wheel on the same kind of CPU gives the same bits; the slack only keeps a
-different SIMD width from failing a run that found the same cases).
+Verdicts, case counts, classes, the worst and shrunk cases and the failure messages compare exactly; the
+floating-point figures to `FIGURE_REL` relative. The figures are errors of bf16 results against an fp32
+reference, and the reference's own fp32 rounding follows the CPU (the SIMD width torch's kernels pick): one
+fp32 ulp of the reference (6e-8 of |O|) moves an error near 1e-3 of |O| by ~1e-4 of itself. Measured: the
+fixture, recorded on one 2-core machine of CI's kind, and a run on another differ by up to 2.8e-5 relative
+(`worst_ulp` 0.6469574 against 0.6469421, `yardstick_ratio` 1.0865012 against 1.0864706), every verdict,
+case and shrunk failure identical. A speed change that alters what a run finds changes those exactly.
 
 Regenerate (only when a change is meant to change what a run finds, and say why in the commit):
     python tests/parity/test_figures_unchanged.py
@@ -28,6 +32,7 @@ LOWERINGS = ("sdpa", "context", "decode_rows", "windowed_merge[eager]", "my_wind
 ARGS = ["--device", "cpu", "--seed", "3", "--max-examples", "25", "--no-isolate", "--quiet", "--flaky-runs", "2",
         "--plugin", str(MUTANT), "--limit", "max_batch=3", "--limit", "max_context=96",
         "--limit", "max_production_context=0"]
+FIGURE_REL = 1e-3  # see the module docstring: 2.8e-5 measured across two CPUs, 36x headroom
 KEPT = ("status", "cases", "passed", "unsupported", "judged", "calls_checked", "classes", "drawn", "worst_margin",
         "worst_case", "worst_figures", "worst_ulp", "worst_ulp_case", "worst_rel_l2", "worst_rel_l2_case")
 FAILURE_KEPT = ("case", "shrunk", "message")
@@ -56,7 +61,7 @@ def figures(report_dir: Path) -> dict:
 
 
 def differences(want, got, path: str = "") -> list[str]:
-    """Where `got` differs from `want`: exact for everything but floats (1e-9 relative)."""
+    """Where `got` differs from `want`: exact for everything but floats (`FIGURE_REL` relative)."""
     if isinstance(want, dict) and isinstance(got, dict):
         out = [f"{path}.{k}: missing" for k in want if k not in got]
         out += [f"{path}.{k}: not in the fixture" for k in got if k not in want]
@@ -69,7 +74,7 @@ def differences(want, got, path: str = "") -> list[str]:
             return [f"{path}: {len(got)} items, the fixture has {len(want)}"]
         return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b, f"{path}[{i}]")]
     if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
-        if math.isclose(want, got, rel_tol=1e-9, abs_tol=0.0) or (math.isnan(want) and math.isnan(got)):
+        if math.isclose(want, got, rel_tol=FIGURE_REL, abs_tol=0.0) or (math.isnan(want) and math.isnan(got)):
             return []
         return [f"{path}: {got!r}, the fixture has {want!r}"]
     return [] if want == got else [f"{path}: {got!r}, the fixture has {want!r}"]
@@ -90,7 +95,7 @@ def test_the_comparison_sees_a_changed_figure():
     got = json.loads(FIXTURE.read_text())
     fig = got["lowerings"]["sdpa"]["worst_figures"]
     key = next(k for k, v in fig.items() if isinstance(v, float) and v)
-    fig[key] *= 1 + 1e-6
+    fig[key] *= 1 + 10 * FIGURE_REL
     got["lowerings"]["context"]["cases"] += 1
     diff = differences(want, got)
     assert any(f"sdpa.worst_figures.{key}" in d for d in diff) and any("context.cases" in d for d in diff)

@@ -275,3 +275,15 @@ def test_the_sanitizer_report_is_attached_to_a_nondeterministic_failure(policy, 
     assert f.outcome.failures[-1].startswith(sanitizer.FOUND) and "CSAN detected" in f.outcome.failures[-1]
     rep2, _ = _check(H.ReadsPageTail(), policy, tmp_path / "canary", sanitizer_fn=fake_sanitizer)
     assert len(asked) == 1  # a canary read is not replayed under the sanitizer
+
+
+def test_repro_replays_last_the_history_case_after_which_the_result_changed(tmp_path):
+    """The probe saw the result change after history case 1 (of 3, latest first): the replay runs the other
+    two oldest first, then case 1, then the case (on a CPU whose rounding hides the difference after the
+    latest case, replaying in plain order left the failure unreproduced)."""
+    hist = [_case(context_lens=[n]) for n in (1, 2, 3)]  # latest first, as a failure file stores them
+    wrapper = {"classification": {"depends_on_history": True, "history": [h.to_json_dict() for h in hist],
+                                  "probe": {"after_history": ["", "the LSE (1 element(s))", ""]}}}
+    assert cli._history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[0], hist[1]]
+    wrapper["classification"]["probe"]["after_history"] = ["", "", ""]
+    assert cli._history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[1], hist[0]]

@@ -32,6 +32,7 @@ from tests.lowerings.test_flashinfer_adapters import FakeDecodeWrapper, FakePref
 
 ROOT = Path(__file__).resolve().parents[2]
 FA2 = '[kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16]'
+FA2_FP16 = '[kernel."BatchPrefillWithPagedKVCacheKernel".float16]'
 TIGHT = '[kernel."torch.paged_prefill".bfloat16]'
 
 pytestmark = pytest.mark.usefixtures("restore_registry", "single_threaded_torch")  # tests/conftest.py
@@ -45,8 +46,17 @@ def _case(**over):
     return build_case(dict(base, **over))
 
 
+def _merged(base: dict, extra: dict) -> dict:
+    """`base` with `extra`'s tables laid over it, key by key (a table of `extra` replaces the same one of `base`)."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) and k not in (
+            "bfloat16", "float16") else v
+    return out
+
+
 def _policy(extra: str = "") -> policy_mod.Policy:
-    data = tomllib.loads(policy_mod.DEFAULT_PATH.read_text() + "\n" + textwrap.dedent(extra))
+    data = _merged(tomllib.loads(policy_mod.DEFAULT_PATH.read_text()), tomllib.loads(textwrap.dedent(extra)))
     return policy_mod.from_dict(data, source="tolerances.toml")
 
 
@@ -276,9 +286,10 @@ def test_check_reports_entries_used_and_an_entry_that_matched_nothing(tmp_path, 
     typo = '[kernel."torch.paged_prefil".bfloat16]'
     assert f"tolerances.toml: {typo} matched no case in this run" in err
     assert f"tolerances.toml: {FA2} matched no case in this run" in err  # no flashinfer on a CPU
+    assert f"tolerances.toml: {FA2_FP16} matched no case in this run" in err
     assert f"{TIGHT} matched" not in err
     data = json.loads((report / "parity.json").read_text())
-    assert data["tolerances_unmatched"] == [FA2, typo]
+    assert data["tolerances_unmatched"] == [FA2, FA2_FP16, typo]
     used = data["lowerings"]["context"]["bounds"]
     assert set(used) <= {TIGHT, "[defaults.float16]"} and used[TIGHT]["why"] == "called torch.paged_prefill"
     assert sum(u["cases"] for u in used.values()) == data["lowerings"]["context"]["cases"]
