@@ -59,7 +59,7 @@ def child_argv(config: Any, part: Any) -> list[str]:
     from parity.session import part_spec
 
     child = config.replace(lowerings=(part.lowering,), plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
-                           jobs=1, shards=(), gate_baseline=None, gate_accept=())
+                           jobs=1, threads=config.threads_per_process(), shards=(), gate_baseline=None, gate_accept=())
     return [sys.executable, "-m", "parity.session", "--part", part_spec(child, part)]
 
 

@@ -153,6 +153,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("jobs", "--jobs", "check up to N lowerings at once, each in its own process on the same device, round-robin "
            "over the visible GPUs on cuda (default 1; each draws the cases a serial run draws)",
            parse=positive_int, metavar="N", default=1, pytest=False),
+    Option("threads", "--threads", "torch CPU threads of each process that runs cases (this one, each --jobs child, "
+           "each isolated worker; default: the cores over the processes running cases at once, at least 1: "
+           "os.cpu_count() // (--jobs x pytest-xdist workers))", parse=positive_int, metavar="N"),
     Option("warm_up", "--warm-up", "load each lowering's JIT kernel modules before its first case, timed apart from "
            "the cases (see parity.warmup)", kind="flag", default=False),
     Option("limits", "--limit", "widen or narrow the drawn shapes of every lowering checked, over its own limits on "

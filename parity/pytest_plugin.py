@@ -109,7 +109,7 @@ class _State:
         if self.session is None:
             from parity.session import CheckSession
 
-            self.session = CheckSession(self.config_(), say=None)
+            self.session = CheckSession(self.config_(), say=None, workers=_xdist_workers(self.pytest_config))
         return self.session
 
 

@@ -70,8 +70,11 @@ class CheckSession:
     even when quiet (stderr); `part`: this process is a `--jobs` child checking that part."""
 
     def __init__(self, config: CheckConfig, *, say: Callable[[str], None] | None = None,
-                 warn: Callable[[str], None] = _stderr, part: Part | None = None) -> None:
+                 warn: Callable[[str], None] = _stderr, part: Part | None = None, workers: int = 1) -> None:
         self.config = config
+        self.workers = workers  # pytest-xdist workers running cases beside this process (1: none)
+        self.threads: int | None = None  # torch's CPU threads here once loaded (`CheckConfig.threads_per_process`)
+        self._threads_before: int | None = None
         self.say = say or (lambda line: None)
         self.warn = warn
         self.part = part
@@ -108,6 +111,11 @@ class CheckSession:
                 for name in hooks.load_plugin(path):
                     self.plugin_of[name] = path
         self.device = cfg.device or default_device()
+        import torch
+
+        self.threads = cfg.threads_per_process(self.workers)
+        self._threads_before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)  # isolated workers take the parent's (parity.isolation)
         self.policy = policy_mod.load(cfg.tolerances, allow_loose_bounds=cfg.allow_loose_bounds)
         self.policy.check_lowerings(lowerings.names())
         self._loaded = True
@@ -138,6 +146,7 @@ class CheckSession:
         """The report's `settings` (`parity.provenance.run_settings`) for the lowerings `names`."""
         from parity import provenance
 
+        extra.setdefault("threads", self.threads)
         return provenance.run_settings(self.config, device=self.device, settings=self.config.hypothesis_settings(),
                                        lowerings=names, **extra)
 
@@ -219,6 +228,11 @@ class CheckSession:
         return ex
 
     def close(self) -> None:
+        if self._threads_before is not None:  # the caller's thread count back (a pytest session goes on)
+            import torch
+
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
         if self._executor is not None:
             ex, self._executor = self._executor, None
             ex.close()

@@ -96,7 +96,7 @@ def test_children_get_the_config_as_json():
     child = CheckConfig.from_json(spec["config"])
     assert spec["part"] == {"lowering": "sdpa", "shard": [1, 2]}
     assert child == config.replace(lowerings=("sdpa",), plugins=(str(Path("p.py").resolve()),), jobs=1, shards=(),
-                                   gate_baseline=None)
+                                   gate_baseline=None, threads=config.threads_per_process())
 
 
 def test_a_bad_part_spec_is_a_usage_error(capsys):
