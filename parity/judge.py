@@ -53,16 +53,29 @@ def _fmt_where(w: dict[str, int]) -> str:
     return ", ".join(f"{names.get(k, k)} {v}" for k, v in w.items())
 
 
+def _scalars(*values: torch.Tensor | None) -> list[float]:
+    """The 0-d tensors `values` as Python floats, read in one transfer (None reads as 0.0)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [0.0] * len(values)
+    got = iter(torch.stack([v.to(torch.float64) for v in present]).tolist())
+    return [next(got) if v is not None else 0.0 for v in values]
+
+
+def _nonfinite_line(label: str, n: int, out: torch.Tensor, bad: torch.Tensor, names: tuple[str, ...]) -> str:
+    flat = int(bad.flatten().nonzero()[0])
+    w = _where(tuple(out.shape), flat, names)
+    val = out.flatten()[flat].item()
+    return f"{label}: {n} non-finite value(s) where the oracle is finite; first {val} at {_fmt_where(w)}"
+
+
 def nonfinite_message(label: str, out: torch.Tensor, ref: torch.Tensor, names: tuple[str, ...]) -> str | None:
     """A message when `out` has NaN/Inf where `ref` is finite, naming the first such element."""
     bad = ~torch.isfinite(out) & torch.isfinite(ref)
     n = int(bad.sum())
     if n == 0:
         return None
-    flat = int(bad.flatten().nonzero()[0])
-    w = _where(tuple(out.shape), flat, names)
-    val = out.flatten()[flat].item()
-    return f"{label}: {n} non-finite value(s) where the oracle is finite; first {val} at {_fmt_where(w)}"
+    return _nonfinite_line(label, n, out, bad, names)
 
 
 def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out: torch.Tensor,
@@ -84,20 +97,26 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         return cmp
     o = out.detach().to(device=ref_out.device, dtype=torch.float64)
     r = ref_out.detach().to(torch.float64)
-    msg = nonfinite_message(label if label == "output" else f"{label} output", o, r, names4)
-    if msg:
-        cmp.failures.append(msg)
+    y = yardstick_out.detach().to(device=ref_out.device, dtype=torch.float64) if yardstick_out is not None else None
+    finite = torch.isfinite(o)
+    err = torch.where(finite, (o - r).abs(), torch.full_like(o, math.inf))
+    diff = torch.where(finite, o - r, torch.zeros_like(o))
+    # Every scalar the verdict needs, computed where the tensors are and read back in one transfer (on a GPU
+    # each `float(t)` is a synchronization): the same operations as one read each, so the same figures.
+    n_bad, ref_max, max_abs, flat, ref_norm, diff_norm, y_err = _scalars(
+        (~finite & torch.isfinite(r)).sum(), r.abs().max() if r.numel() else None,
+        err.max() if err.numel() else None, err.flatten().argmax() if err.numel() else None,
+        torch.linalg.vector_norm(r), torch.linalg.vector_norm(diff),
+        (y - r).abs().max() if y is not None and y.numel() else None)
+    flat = int(flat)
+    if n_bad:
+        cmp.failures.append(_nonfinite_line(label if label == "output" else f"{label} output", int(n_bad), o,
+                                            ~finite & torch.isfinite(r), names4))
         cmp.margins["nonfinite"] = math.inf
-    err = torch.where(torch.isfinite(o), (o - r).abs(), torch.full_like(o, math.inf))
-    ref_max = float(r.abs().max()) if r.numel() else 0.0
     unit = ulp(ref_max, dtype) if ref_max > 0 else ulp(1.0, dtype)
-    max_abs = float(err.max()) if err.numel() else 0.0
-    flat = int(err.flatten().argmax()) if err.numel() else 0
     worst = _where(tuple(o.shape), flat, names4) if err.numel() else {}
     ulps = max_abs / unit
-    ref_norm = float(torch.linalg.vector_norm(r))
-    diff = torch.where(torch.isfinite(o), o - r, torch.zeros_like(o))
-    rel_l2 = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else float(torch.linalg.vector_norm(diff))
+    rel_l2 = diff_norm / ref_norm if ref_norm > 0 else diff_norm
     cmp.figures.update(out_max_abs=max_abs, out_ulp=ulps, ulp_unit=unit, ref_max_abs=ref_max, out_rel_l2=rel_l2,
                        worst_out=worst)
     if math.isfinite(max_abs):
@@ -111,8 +130,6 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         if rel_l2 >= tol.out_rel_l2:
             cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}{src('out_rel_l2')}")
     if yardstick_out is not None and math.isfinite(max_abs):
-        y = yardstick_out.detach().to(device=ref_out.device, dtype=torch.float64)
-        y_err = float((y - r).abs().max()) if y.numel() else 0.0
         bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * unit
         cmp.figures.update(yardstick_max_abs=y_err, yardstick_bound=bound,
                            yardstick_ratio=(max_abs / y_err) if y_err > 0 else None)
@@ -140,30 +157,32 @@ def cmp_lse(cmp: Comparison, label: str, lse_nat: torch.Tensor, ref_lse: torch.T
         return
     l = lse_nat.detach().to(device=ref_lse.device, dtype=torch.float64)
     r = ref_lse.detach().to(torch.float64)
-    msg = nonfinite_message(f"{label} LSE", l, r, names3)
-    if msg:
-        cmp.failures.append(msg)
-        cmp.margins["lse_nonfinite"] = math.inf
+    bad = ~torch.isfinite(l) & torch.isfinite(r)
     # Empty rows: the oracle's -inf must be matched by -inf.
-    empty = torch.isneginf(r)
-    wrong_empty = empty & ~torch.isneginf(l)
-    if bool(wrong_empty.any()):
-        w = _where(tuple(l.shape), int(wrong_empty.flatten().nonzero()[0]), names3)
-        cmp.failures.append(f"{label} LSE: a row with no visible key must give -inf; got {float(l[tuple(w.values())]):.6g} at {_fmt_where(w)}")
-        cmp.margins["lse_empty"] = math.inf
+    wrong_empty = torch.isneginf(r) & ~torch.isneginf(l)
     fin = torch.isfinite(r) & torch.isfinite(l)
     err = torch.where(fin, (l - r).abs(), torch.zeros_like(l))
-    if err.numel() == 0:
-        return
     # Bound per row: lse_abs + lse_rel * |LSE_ref| (lse_rel is 0 unless a lowering's measured error scales).
     bound = tol.lse_abs + tol.lse_rel * torch.where(fin, r.abs(), torch.zeros_like(r))
     ratio = err / bound
-    flat = int(ratio.flatten().argmax())
-    max_abs = float(err.max())
+    some = err.numel() > 0
+    fl = ratio.flatten().argmax() if some else None
+    n_bad, n_wrong_empty, flat, max_abs, worst_bound, worst_ratio = _scalars(  # one transfer (see `compare`)
+        bad.sum(), wrong_empty.sum(), fl, err.max() if some else None,
+        bound.flatten()[fl] if some else None, ratio.flatten()[fl] if some else None)
+    if n_bad:
+        cmp.failures.append(_nonfinite_line(f"{label} LSE", int(n_bad), l, bad, names3))
+        cmp.margins["lse_nonfinite"] = math.inf
+    if n_wrong_empty:
+        w = _where(tuple(l.shape), int(wrong_empty.flatten().nonzero()[0]), names3)
+        cmp.failures.append(f"{label} LSE: a row with no visible key must give -inf; got {float(l[tuple(w.values())]):.6g} at {_fmt_where(w)}")
+        cmp.margins["lse_empty"] = math.inf
+    if not some:
+        return
+    flat = int(flat)
     worst = _where(tuple(l.shape), flat, names3)
-    worst_bound = float(bound.flatten()[flat])
     cmp.figures.update(lse_max_abs=max_abs, worst_lse=worst)
-    cmp.margins["lse"] = float(ratio.flatten()[flat])
+    cmp.margins["lse"] = worst_ratio
     if cmp.margins["lse"] > 1:
         max_abs = float(err.flatten()[flat])
         got, exp = float(l.flatten()[flat]), float(r.flatten()[flat])
