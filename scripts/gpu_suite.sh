@@ -11,7 +11,8 @@
 #             slow   = pytest -m slow                             (production-scale mutants, the scale profile)
 #   WARM      lowerings whose JIT modules are compiled in the background while `quick` runs (default
 #             "context[flashinfer-fa3]"); WARM_K the -k expression of their tests (default "fa3")
-#   N         pytest-xdist workers (default 8); QUICK_S, WARMED_S, SLOW_S: each pass's SIGINT limit in seconds
+#             named  = pytest $NAMED -rP                          (chosen tests, their printed output kept)
+#   N         pytest-xdist workers (default 8); QUICK_S, WARMED_S, SLOW_S, NAMED_S: each pass's SIGINT limit (s)
 #
 # Each pass is verbose with -rfEs, under a SIGINT limit (pytest prints its summary on SIGINT, not on
 # SIGTERM), started with job control on (a background job without it ignores SIGINT, and the suite's own
@@ -43,24 +44,25 @@ if [ -n "$WARM" ]; then
   warm_pid=$!
 fi
 
-run_pass() {  # name, limit, pytest arguments...
+run_pass() {  # name, limit, pytest arguments (paths included)...
   local name=$1 limit=$2; shift 2
   echo "== pass $name ($(date -u +%T), limit ${limit} s): pytest $*"
   local start; start=$(date +%s)
-  timeout -s INT -k 30 "$limit" python3 -m pytest tests -p no:cacheprovider -v -rfEs --tb=short --durations=15 \
+  timeout -s INT -k 30 "$limit" python3 -m pytest -p no:cacheprovider -v -rfEs --tb=short --durations=15 \
     -n "$N" --junitxml="/tmp/junit-$name.xml" "$@" > "$OUT/$name.log" 2>&1
   echo "pass $name: exit $? in $(( $(date +%s) - start )) s; $(grep -E '^=+ .*(passed|failed|error).* in ' "$OUT/$name.log" | tail -1)"
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -30
 }
 
-[[ $PASSES == *quick* ]] && run_pass quick "${QUICK_S:-420}" -m "not slow" ${WARM:+-k "not ($WARM_K)"}
+[[ $PASSES == *quick* ]] && run_pass quick "${QUICK_S:-420}" tests -m "not slow" ${WARM:+-k "not ($WARM_K)"}
 if [ -n "$warm_pid" ]; then
   wait "$warm_pid"
   tail -15 /tmp/warm.log
   cp /tmp/warm.log "$OUT/warm.log"
   python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot_new.tar.xz" || true
 fi
-[[ $PASSES == *warmed* ]] && [ -n "$WARM" ] && run_pass warmed "${WARMED_S:-200}" -m "not slow" -k "$WARM_K"
-[[ $PASSES == *slow* ]] && run_pass slow "${SLOW_S:-300}" -m slow
+[[ $PASSES == *warmed* ]] && [ -n "$WARM" ] && run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K"
+[[ $PASSES == *slow* ]] && run_pass slow "${SLOW_S:-300}" tests -m slow -rP  # -rP: each mutant's caught-at / shrunk-to line
+if [[ $PASSES == *named* ]]; then read -r -a named <<< "${NAMED:?NAMED: the test ids of the named pass}"; run_pass named "${NAMED_S:-120}" "${named[@]}" -rP; fi
 tar -C /tmp -czf "$OUT/junit.tgz" $(cd /tmp && ls junit-*.xml 2>/dev/null) 2>/dev/null || true
 echo "== done $(date -u +%T)"
