@@ -149,7 +149,9 @@ class Case(BatchShape):
 
     # ---- JSON ----------------------------------------------------------------------------------------
     def to_json_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        # Field by field, not `dataclasses.asdict`: that deep-copies every page id one by one (56K of them at
+        # B = 55, L = 65K), 0.2 s per call at production scale; every field here is a plain value or a tuple.
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["context_lens"] = list(self.context_lens)
         d["pages"] = [list(r) for r in self.pages]
         d["window"] = list(self.window)

@@ -290,3 +290,24 @@ def test_ulp_just_below_a_power_of_two():
         assert ulp_bf16(x) == 2.0 ** (e - 1 - 7), (e, x)
         assert ulp_fp16(x) == 2.0 ** (e - 1 - 10) or e - 1 < -14, (e, x)
         assert ulp_bf16(2.0**e) == 2.0 ** (e - 7)
+
+
+def test_to_json_dict_is_what_dataclasses_asdict_gives():
+    """`Case.to_json_dict` copies field by field (no deep copy of every page id); the dict is the one the
+    `dataclasses.asdict` form gave, for a format 2 and a format 1 case."""
+    import dataclasses
+
+    from strategies import build_case
+
+    c = build_case(dict(context_lens=[70, 0, 33], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=16,
+                        window=("causal_swa", 5), dtype="bfloat16", kv_dtype="float8_e4m3fn", k_scale=0.5, v_scale=2.0,
+                        scale=0.1, layout="HND", block_storage="dense", page_table_dtype="int64", page_table_pad=3,
+                        spare_pages=2, extra_pages=1, perm_seed=4, seed=9))
+    for case in (c, dataclasses.replace(c, version=1, values="plain", value_keys=())):
+        d = dataclasses.asdict(case)
+        for k in ("context_lens", "pages", "window", "value_keys"):
+            d[k] = [list(r) for r in d[k]] if k == "pages" else list(d[k])
+        if case.version == 1:
+            del d["values"], d["value_keys"]
+        want = {"version": d.pop("version"), "batch_size": case.batch_size, **d}
+        assert case.to_json_dict() == want and list(case.to_json_dict()) == list(want)
