@@ -283,7 +283,7 @@ def _check_json_fields(data: dict[str, Any], source: str) -> None:
         bad("pages", f"an array of arrays of page ids (one per request), got {_shown(pages)}"
             + ("" if not isinstance(pages, list) else f" holding {_shown(next(r for r in pages if not isinstance(r, list)))}"))
     for b, row in enumerate(pages):
-        if not all(_is_int(p) for p in row):
+        if not set(map(type, row)) <= {int}:  # JSON integers (bool is not int here); one C-level pass per row
             bad(f"pages[{b}]", f"an array of integer page ids, holding {_shown(next(p for p in row if not _is_int(p)))}")
     if not isinstance(window, list) or len(window) != 2 or not all(_is_int(w) for w in window):
         bad("window", f"an array [left, right] of two integers, got {_shown(window)}")
