@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -61,6 +62,14 @@ class Part:
         return {"lowering": self.lowering, "shard": list(self.shard) if self.shard else None}
 
 
+def _xdist_worker_count() -> int:
+    """`PYTEST_XDIST_WORKER_COUNT` (set in pytest-xdist's workers), or 1."""
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    except ValueError:
+        return 1
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -72,7 +81,9 @@ class CheckSession:
     def __init__(self, config: CheckConfig, *, say: Callable[[str], None] | None = None,
                  warn: Callable[[str], None] = _stderr, part: Part | None = None, workers: int = 1) -> None:
         self.config = config
-        self.workers = workers  # pytest-xdist workers running cases beside this process (1: none)
+        # pytest-xdist workers running cases beside this process (1: none); a check started inside an xdist
+        # worker (`cli.main` in a test) counts them too, or every worker would take every core
+        self.workers = max(workers, _xdist_worker_count())
         self.threads: int | None = None  # torch's CPU threads here once loaded (`CheckConfig.threads_per_process`)
         self._threads_before: int | None = None
         self.say = say or (lambda line: None)

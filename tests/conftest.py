@@ -1,4 +1,4 @@
-"""Fixtures shared by the test directories (requested by name; none is autouse here)."""
+"""Fixtures shared by the test directories (requested by name; the one autouse fixture shares the cores)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,21 @@ import pytest
 import torch
 
 from lowerings import registry
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_threads_share_the_cores():
+    """Each pytest-xdist worker takes its share of the cores for torch's CPU threads
+    (`parity.config.default_threads`): with torch's default every worker takes every core, and on a
+    16-core GPU runner `-n 10` made CPU checks of this suite run for minutes (docs/gpu/2026-12-01-h200-session7.md)."""
+    import os
+
+    from parity.config import default_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(default_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -177,5 +177,5 @@ def test_int32_offset_mutant_is_exact_below_2_31_pool_elements():
                            window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0,
                            scale=None, layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0,
                            spare_pages=1, extra_pages=0, perm_seed=5, seed=1))
-    out = run_case(lw, case, load(), RunOptions(device="cpu"), lowerings.get("sdpa"))
+    out = run_case(lw, case, load(), RunOptions(device=DEVICE), lowerings.get("sdpa"))
     assert out.status == "pass", out.failures

@@ -152,7 +152,9 @@ def test_a_failing_hook_fails_its_lowering_only(tmp_path, row):
     t0 = time.perf_counter()
     code, out, err = run(["check", "--plugin", plugin, "--lowering", "sdpa", "--lowering", name, "--lowering",
                           "context", "--report", report, *QUICK, *row.extra] + ([] if row.isolated else ["--no-isolate"]))
-    assert time.perf_counter() - t0 < 30
+    # The loop is cut after the 1 s hook timeout, not waited on: well under a minute for the three lowerings
+    # (30 s was too tight for a loaded GPU runner's xdist worker: 30.2 s, docs/gpu/2026-12-01-h200-session7.md).
+    assert time.perf_counter() - t0 < 60
     assert code == 1, out + err
     assert "Traceback" not in out + err
     notes = [ln for ln in out.splitlines() if ln.startswith(f"{name}: ")]

@@ -64,3 +64,13 @@ def test_check_records_threads_in_the_report(tmp_path, capsys):
     assert json.loads((tmp_path / "r" / "parity.json").read_text())["settings"]["threads"] == 1
     assert cli.main(["check", "--lowering", "sdpa", "--threads", "0"]) == 2
     assert "--threads must be a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_a_check_inside_an_xdist_worker_shares_the_cores(monkeypatch):
+    """`cli.main(["check", ...])` in a test under `pytest -n 10` on 16 cores: 1 thread, not 16 in each worker."""
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "10")
+    s = CheckSession(CheckConfig(device="cpu", report=None))
+    assert s.workers == 10 and s.config.threads_per_process(s.workers) == 1
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "x")
+    assert CheckSession(CheckConfig(device="cpu", report=None)).workers == 1
