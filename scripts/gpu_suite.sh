@@ -55,14 +55,16 @@ run_pass() {  # name, limit, pytest arguments (paths included)...
 }
 
 [[ $PASSES == *quick* ]] && run_pass quick "${QUICK_S:-420}" tests -m "not slow" ${WARM:+-k "not ($WARM_K)"}
-if [ -n "$warm_pid" ]; then
-  wait "$warm_pid"
-  tail -15 /tmp/warm.log
-  cp /tmp/warm.log "$OUT/warm.log"
+pack_warm() {  # the modules compiled here so far, packed for the next machine (also when the warm-up is not done)
+  tail -15 /tmp/warm.log; cp /tmp/warm.log "$OUT/warm.log"
   python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot_new.tar.xz" || true
+}
+if [[ $PASSES == *warmed* ]] && [ -n "$warm_pid" ]; then
+  wait "$warm_pid"; pack_warm; warm_pid=
+  run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K"
 fi
-[[ $PASSES == *warmed* ]] && [ -n "$WARM" ] && run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K"
 [[ $PASSES == *slow* ]] && run_pass slow "${SLOW_S:-300}" tests -m slow -rP  # -rP: each mutant's caught-at / shrunk-to line
 if [[ $PASSES == *named* ]]; then read -r -a named <<< "${NAMED:?NAMED: the test ids of the named pass}"; run_pass named "${NAMED_S:-120}" "${named[@]}" -rP; fi
+[ -n "$warm_pid" ] && { echo "== warm-up still running at the end: packing what it compiled"; pack_warm; }
 tar -C /tmp -czf "$OUT/junit.tgz" $(cd /tmp && ls junit-*.xml 2>/dev/null) 2>/dev/null || true
 echo "== done $(date -u +%T)"
