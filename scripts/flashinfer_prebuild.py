@@ -15,7 +15,8 @@ Linking needs `libcuda.so`, which a machine without the driver lacks: when the l
 (an empty shared library with the driver's soname, `libcuda.so.1`) is made in a temporary directory and put
 on `LIBRARY_PATH`; the modules load the real driver on the GPU machine. Measured on a 2-core machine (busy
 with other work, 2026-12-01): page 105 s, cascade 34 s, decode 35-43 s, fa2 158-174 s per module; the H200
-loaded them (docs/gpu/2026-12-01-h200-session7.md).
+loaded them (docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
+includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found.
 """
 
 from __future__ import annotations
@@ -43,6 +44,25 @@ def _ensure_libcuda() -> None:
                     str(stub / "s.c")], check=True)
     os.environ["LIBRARY_PATH"] = ":".join([str(stub), *paths])
     print(f"no libcuda.so to link against: using a stub in {stub}", flush=True)
+
+
+def _ensure_curand_headers() -> None:
+    """fa3's sources include cutlass's `curand_kernel.h`; a CUDA toolkit without cuRAND lacks it. Add the
+    include directory of the `nvidia-curand` wheel (`pip install nvidia-curand`) to CPATH when it is
+    installed; otherwise say once that the fa3 modules will fail to build, and why."""
+    cuda_inc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    if (cuda_inc / "curand_kernel.h").exists():
+        return
+    try:
+        import nvidia  # namespace package of NVIDIA's wheels
+        found = [p for root in nvidia.__path__ for p in Path(root).glob("*/include") if (p / "curand_kernel.h").exists()]
+    except ImportError:
+        found = []
+    if found:
+        os.environ["CPATH"] = ":".join([str(found[0]), *filter(None, [os.environ.get("CPATH")])])
+        print(f"curand_kernel.h from {found[0]} (CPATH)", flush=True)
+    else:
+        print(f"no curand_kernel.h in {cuda_inc}: the fa3 modules will not build (pip install nvidia-curand)", flush=True)
 
 
 def specs(head_dims: tuple[int, ...]):
@@ -90,6 +110,7 @@ def main(argv=None) -> int:
         print("\n".join(label for label, _ in todo))
         return 0
     _ensure_libcuda()
+    _ensure_curand_headers()
     failed = 0
     for label, spec in todo:
         t0 = time.time()
