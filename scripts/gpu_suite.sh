@@ -4,7 +4,7 @@
 # apache-tvm-ffi wheel, flashinfer_aot.py and any fi_aot*.tar.xz packs of compiled modules). Everything lands
 # under $OUT (at most 8 files: the device tool brings back no more).
 #
-#   PASSES    which passes, in order (default "quick,warmed,slow"):
+#   PASSES    which passes (default "quick,warmed,slow"); they run in this order whatever the order given:
 #             quick  = pytest -m "not slow" -k "not ($WARM_K)"   (everything but the slow tests and those
 #                      that need the modules being compiled in the background)
 #             warmed = pytest -m "not slow" -k "$WARM_K"          (after the background warm-up finished)
