@@ -16,7 +16,8 @@ Linking needs `libcuda.so`, which a machine without the driver lacks: when the l
 on `LIBRARY_PATH`; the modules load the real driver on the GPU machine. Measured on a 2-core machine (busy
 with other work, 2026-12-01): page 105 s, cascade 34 s, decode 35-43 s, fa2 158-174 s per module; the H200
 loaded them (docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
-includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found.
+includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found;
+one fa3 module took 922 s on the same 2-core machine.
 """
 
 from __future__ import annotations
