@@ -14,8 +14,9 @@ exit 1 if one failed. A module already in flashinfer's JIT cache takes no time.
 Linking needs `libcuda.so`, which a machine without the driver lacks: when the linker cannot find one, a stub
 (an empty shared library with the driver's soname, `libcuda.so.1`) is made in a temporary directory and put
 on `LIBRARY_PATH`; the modules load the real driver on the GPU machine. Measured on a 2-core machine (busy
-with other work, 2026-12-01): page 105 s, cascade 34 s, decode 35-43 s, fa2 158-174 s per module; the H200
-loaded them (docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
+with other work, 2026-12-01): page 105 s, cascade 34 s, decode 17-59 s, fa2 78-214 s per module
+(docs/gpu/runs/23-prebuild-cpu.log); installed on the H200, the flashinfer GPU tests over them passed
+(docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
 includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found;
 one fa3 module took 922 s on the same 2-core machine.
 """
