@@ -5,7 +5,7 @@ CLI option (`--case-timeout`, `--limit`, ...; the pytest front end names its own
 `parity.options.pytest_message`). It is built by both front ends from the option table of
 `parity.options`, and travels to `check --jobs` children as JSON (`to_json` / `from_json`).
 
-Public: `CheckConfig`, `default_threads`, `parse_shard`, `DEVICES`.
+Public: `CheckConfig`, `default_threads`, `xdist_worker_count`, `parse_shard`, `DEVICES`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ def default_threads(processes: int, cpus: int | None = None) -> int:
     import os
 
     return max(1, (cpus if cpus is not None else os.cpu_count() or 1) // max(1, processes))
+
+
+def xdist_worker_count() -> int:
+    """The pytest-xdist workers of the session this process is a worker of (`PYTEST_XDIST_WORKER_COUNT`), or 1."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    except ValueError:
+        return 1
 
 
 @dataclass(frozen=True)

@@ -69,15 +69,6 @@ def _nonfinite_line(label: str, n: int, out: torch.Tensor, bad: torch.Tensor, na
     return f"{label}: {n} non-finite value(s) where the oracle is finite; first {val} at {_fmt_where(w)}"
 
 
-def nonfinite_message(label: str, out: torch.Tensor, ref: torch.Tensor, names: tuple[str, ...]) -> str | None:
-    """A message when `out` has NaN/Inf where `ref` is finite, naming the first such element."""
-    bad = ~torch.isfinite(out) & torch.isfinite(ref)
-    n = int(bad.sum())
-    if n == 0:
-        return None
-    return _nonfinite_line(label, n, out, bad, names)
-
-
 def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out: torch.Tensor,
             ref_lse: torch.Tensor, *, dtype: str, tol: Tolerance,
             yardstick_out: torch.Tensor | None = None, bound_from: Mapping[str, str] | None = None) -> Comparison:
@@ -99,19 +90,20 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
     r = ref_out.detach().to(torch.float64)
     y = yardstick_out.detach().to(device=ref_out.device, dtype=torch.float64) if yardstick_out is not None else None
     finite = torch.isfinite(o)
+    bad = ~finite & torch.isfinite(r)  # NaN/Inf where the oracle is finite
     err = torch.where(finite, (o - r).abs(), torch.full_like(o, math.inf))
     diff = torch.where(finite, o - r, torch.zeros_like(o))
     # Every scalar the verdict needs, computed where the tensors are and read back in one transfer (on a GPU
     # each `float(t)` is a synchronization): the same operations as one read each, so the same figures.
     n_bad, ref_max, max_abs, flat, ref_norm, diff_norm, y_err = _scalars(
-        (~finite & torch.isfinite(r)).sum(), r.abs().max() if r.numel() else None,
+        bad.sum(), r.abs().max() if r.numel() else None,
         err.max() if err.numel() else None, err.flatten().argmax() if err.numel() else None,
         torch.linalg.vector_norm(r), torch.linalg.vector_norm(diff),
         (y - r).abs().max() if y is not None and y.numel() else None)
     flat = int(flat)
     if n_bad:
-        cmp.failures.append(_nonfinite_line(label if label == "output" else f"{label} output", int(n_bad), o,
-                                            ~finite & torch.isfinite(r), names4))
+        cmp.failures.append(_nonfinite_line(label if label == "output" else f"{label} output", int(n_bad), o, bad,
+                                            names4))
         cmp.margins["nonfinite"] = math.inf
     unit = ulp(ref_max, dtype) if ref_max > 0 else ulp(1.0, dtype)
     worst = _where(tuple(o.shape), flat, names4) if err.numel() else {}

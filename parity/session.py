@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from parity.config import CheckConfig
+from parity.config import CheckConfig, xdist_worker_count
 
 Shard = tuple[int, int]
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -62,14 +61,6 @@ class Part:
         return {"lowering": self.lowering, "shard": list(self.shard) if self.shard else None}
 
 
-def _xdist_worker_count() -> int:
-    """`PYTEST_XDIST_WORKER_COUNT` (set in pytest-xdist's workers), or 1."""
-    try:
-        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
-    except ValueError:
-        return 1
-
-
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -83,7 +74,7 @@ class CheckSession:
         self.config = config
         # pytest-xdist workers running cases beside this process (1: none); a check started inside an xdist
         # worker (`cli.main` in a test) counts them too, or every worker would take every core
-        self.workers = max(workers, _xdist_worker_count())
+        self.workers = max(workers, xdist_worker_count())
         self.threads: int | None = None  # torch's CPU threads here once loaded (`CheckConfig.threads_per_process`)
         self._threads_before: int | None = None
         self.say = say or (lambda line: None)

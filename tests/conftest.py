@@ -13,12 +13,10 @@ def torch_threads_share_the_cores():
     """Each pytest-xdist worker takes its share of the cores for torch's CPU threads
     (`parity.config.default_threads`): with torch's default every worker takes every core, and on a
     16-core GPU runner `-n 10` made CPU checks of this suite run for minutes (docs/gpu/2026-12-01-h200-session7.md)."""
-    import os
-
-    from parity.config import default_threads
+    from parity.config import default_threads, xdist_worker_count
 
     before = torch.get_num_threads()
-    torch.set_num_threads(default_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
+    torch.set_num_threads(default_threads(xdist_worker_count()))
     yield
     torch.set_num_threads(before)
 
