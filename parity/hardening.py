@@ -195,8 +195,8 @@ def cuda_kernel_names(prof) -> list[str]:
     """The names of the device activities (kernels, copies, sets) a `torch.profiler.profile` recorded, in
     order. Read from the profiler's raw results: building `prof.events()` (every CPU op's `FunctionEvent`,
     their tree) costs more than the profiled call at small shapes, and only the device events are needed.
-    `prof.events()` when the raw results are not there (another torch); `tests/lowerings/
-    test_flashinfer_adapters.py` checks on the GPU that both give the same names."""
+    `prof.events()` when the raw results are not there (another torch); `tests/lowerings/test_kernel_names.py`
+    checks on the GPU that both give the same names."""
     raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if raw is not None:
         try:

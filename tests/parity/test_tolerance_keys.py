@@ -309,3 +309,25 @@ def test_shards_merge_their_bounds():
     b = dict(a, cases=2, bounds={FA2: {"cases": 1, "why": "w"}, "[defaults.bfloat16]": {"cases": 1, "why": "d"}})
     merged = merge_entries([a, b])
     assert merged["bounds"] == {FA2: {"cases": 4, "why": "w"}, "[defaults.bfloat16]": {"cases": 1, "why": "d"}}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_measured_fa2_kernel_entries_still_fail_a_base_mix_up(dtype):
+    """The packaged `[kernel."BatchPrefillWithPagedKVCacheKernel".<dtype>]` bounds (looser than the defaults,
+    from H200 measurements) pass the error they were measured at (2.502e-3 at LSE 44.83, fp16, run 22) and
+    still fail a base-2 LSE taken as natural (LSE x ln 2) and a base-2 LSE converted twice, at that LSE."""
+    import math
+
+    import torch
+
+    from parity.judge import compare
+
+    tol, src = policy_mod.load().for_case("my_lowering", dtype, {"BatchPrefillWithPagedKVCacheKernel": "ran"})
+    assert src.entries == (FA2 if dtype == "bfloat16" else FA2_FP16,)
+    ref_out = torch.zeros(1, 1, 1, 4)
+    ref_lse = torch.full((1, 1, 1), 44.8327)
+    ok = compare("output", ref_out, ref_lse - 2.502e-3, ref_out, ref_lse, dtype=dtype, tol=tol)
+    assert ok.passed, ok.failures
+    for wrong in (ref_lse * math.log(2), ref_lse / math.log(2)):
+        bad = compare("output", ref_out, wrong, ref_out, ref_lse, dtype=dtype, tol=tol)
+        assert any("LSE" in m for m in bad.failures), (dtype, wrong)
