@@ -1,7 +1,7 @@
 """Compile flashinfer's JIT modules for a GPU runner on a machine without a GPU (nvcc and the CUDA headers
 needed, no driver), so that the GPU's minutes are not spent compiling them.
 
-    FLASHINFER_CUDA_ARCH_LIST=9.0a python scripts/flashinfer_prebuild.py [--only PREFIX] [--head-dims 64,128]
+    FLASHINFER_CUDA_ARCH_LIST=9.0a python scripts/flashinfer_prebuild.py [--only PREFIX] [--head-dims 64,128] [--jobs N]
     python flashinfer_aot.py pack fi_aot.tar.xz      # then, on the runner: flashinfer_aot.py install ...
 
 It builds what the project's flashinfer adapters load under the `gpu` profile's limits (flashinfer 0.7.x):
@@ -9,7 +9,8 @@ the page (append) and cascade (merge_state) modules; per head dim, query dtype (
 (the query's, fp8 e4m3): the batch decode module and the fa2 paged-prefill module with and without a
 sliding window; per head dim and query dtype: the fa3 module with and without a window (fa3 has no fp8-KV
 kernel for bf16/fp16 queries). Each module is one line: its name and the seconds it took, or why it failed;
-exit 1 if one failed. A module already in flashinfer's JIT cache takes no time.
+exit 1 if one failed. A module already in flashinfer's JIT cache takes no time; one installed from a pack
+(flashinfer_aot.py install) is not rebuilt.
 
 Linking needs `libcuda.so`, which a machine without the driver lacks: when the linker cannot find one, a stub
 (an empty shared library with the driver's soname, `libcuda.so.1`) is made in a temporary directory and put
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -99,6 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", default=[], metavar="PREFIX",
                     help="build only the modules whose label starts with PREFIX (repeatable: 'fa2', 'decode bf16', ...)")
     ap.add_argument("--head-dims", default="128,64", metavar="D[,D...]", help="head dims (default 128,64)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="modules built side by side (default 1; ninja's own parallelism inside each: MAX_JOBS)")
     ap.add_argument("--list", action="store_true", help="print the labels and exit")
     args = ap.parse_args(argv)
     try:
@@ -111,18 +115,31 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(label for label, _ in todo))
         return 0
+    if args.jobs < 1:
+        ap.error(f"--jobs: a positive number of modules built side by side, got {args.jobs}")
     _ensure_libcuda()
     _ensure_curand_headers()
-    failed = 0
-    for label, spec in todo:
+    t_all = time.time()
+
+    def build(item) -> bool:
+        label, spec = item
+        if getattr(spec, "is_aot", False):  # installed from a pack (flashinfer_aot.py install): nothing to build
+            print(f"{label}: installed already (AOT), not rebuilt", flush=True)
+            return True
         t0 = time.time()
         try:
             spec.build(verbose=False)
             print(f"{label}: built in {time.time() - t0:.0f} s", flush=True)
+            return True
         except Exception as err:  # one module's failure never stops the others
-            failed += 1
             print(f"{label}: FAILED after {time.time() - t0:.0f} s: {type(err).__name__}: {str(err)[:300]}", flush=True)
-    print(f"{len(todo) - failed} of {len(todo)} module(s) built" + (f", {failed} FAILED" if failed else ""))
+            return False
+
+    # Each build is a ninja subprocess: threads are enough to run several side by side.
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        failed = sum(not ok for ok in pool.map(build, todo))
+    print(f"{len(todo) - failed} of {len(todo)} module(s) built in {time.time() - t_all:.0f} s"
+          + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
 
 

@@ -4,16 +4,21 @@
 # apache-tvm-ffi wheel, flashinfer_aot.py and any fi_aot*.tar.xz packs of compiled modules). Everything lands
 # under $OUT (at most 8 files: the device tool brings back no more).
 #
-#   PASSES    which passes (default "quick,warmed,slow"); they run in this order whatever the order given:
+#   PASSES    which passes, run in the order given (default "quick,warmed,slow"):
 #             quick  = pytest -m "not slow" -k "not ($WARM_K)"   (everything but the slow tests and those
 #                      that need the modules being compiled in the background)
-#             warmed = pytest -m "not slow" -k "$WARM_K"          (after the background warm-up finished)
+#             warmed = pytest -m "not slow" -k "$WARM_K"          (waits for the background warm-up first)
 #             slow   = pytest -m slow                             (production-scale mutants, the scale profile)
-#   WARM      lowerings whose JIT modules are compiled in the background while `quick` runs (default
-#             "context[flashinfer-fa3]"); WARM_K the -k expression of their tests (default "fa3")
 #             named  = pytest $NAMED -rP                          (chosen tests, their printed output kept)
+#   WARM      lowerings whose JIT modules are compiled in the background (`python -m parity.warmup`, on the
+#             GPU) while the passes before `warmed` run (default "context[flashinfer-fa3]"); WARM_K the -k
+#             expression of their tests (default "fa3")
+#   PREBUILD  instead of WARM: arguments of scripts/flashinfer_prebuild.py (for example "--only fa3 --jobs 8"),
+#             which compiles the modules without the GPU, one line per module, at a lower CPU priority
 #   N         pytest-xdist workers (default 8); QUICK_S, WARMED_S, SLOW_S, NAMED_S: each pass's SIGINT limit (s)
 #
+# The modules compiled here are packed for the next machine ($OUT/fi_aot_new.tar.xz, cut into 15 MB parts
+# fi_aot_new.tar.xz.NN when larger: the device tool brings back no file over 16 MB; `cat` them back together).
 # Each pass is verbose with -rfEs, under a SIGINT limit (pytest prints its summary on SIGINT, not on
 # SIGTERM), started with job control on (a background job without it ignores SIGINT, and the suite's own
 # signal tests then fail: docs/gpu-runner.md).
@@ -36,7 +41,14 @@ WARM=${WARM-"context[flashinfer-fa3]"}
 WARM_K=${WARM_K:-fa3}
 N=${N:-8}
 warm_pid=
-if [ -n "$WARM" ]; then
+if [ -n "${PREBUILD:-}" ]; then
+  read -r -a pb <<< "$PREBUILD"
+  echo "== background: nice -n 10 python3 scripts/flashinfer_prebuild.py ${pb[*]}"
+  ( start=$(date +%s); FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a} nice -n 10 \
+      python3 scripts/flashinfer_prebuild.py "${pb[@]}" > /tmp/warm.log 2>&1
+    echo "prebuild exit $? after $(( $(date +%s) - start )) s" >> /tmp/warm.log ) &
+  warm_pid=$!
+elif [ -n "$WARM" ]; then
   read -r -a wl <<< "$WARM"
   echo "== background: python3 -m parity.warmup --jobs ${WARM_JOBS:-8} ${wl[*]}"
   ( start=$(date +%s); python3 -m parity.warmup --jobs "${WARM_JOBS:-8}" "${wl[@]}" > /tmp/warm.log 2>&1
@@ -54,17 +66,26 @@ run_pass() {  # name, limit, pytest arguments (paths included)...
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | head -30
 }
 
-[[ $PASSES == *quick* ]] && run_pass quick "${QUICK_S:-420}" tests -m "not slow" ${WARM:+-k "not ($WARM_K)"}
 pack_warm() {  # the modules compiled here so far, packed for the next machine (also when the warm-up is not done)
-  tail -15 /tmp/warm.log; cp /tmp/warm.log "$OUT/warm.log"
-  python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot_new.tar.xz" || true
+  grep -v " - INFO - " /tmp/warm.log | tail -20; cp /tmp/warm.log "$OUT/warm.log"
+  python3 .fib/flashinfer_aot.py pack /tmp/fi_aot_new.tar.xz || return 0
+  if [ "$(stat -c %s /tmp/fi_aot_new.tar.xz)" -gt 15000000 ]; then
+    split -b 15000000 -d /tmp/fi_aot_new.tar.xz "$OUT/fi_aot_new.tar.xz."; ls -l "$OUT"/fi_aot_new.tar.xz.*
+  else cp /tmp/fi_aot_new.tar.xz "$OUT/"; fi
 }
-if [[ $PASSES == *warmed* ]] && [ -n "$warm_pid" ]; then
-  wait "$warm_pid"; pack_warm; warm_pid=
-  run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K"
-fi
-[[ $PASSES == *slow* ]] && run_pass slow "${SLOW_S:-300}" tests -m slow -rP  # -rP: each mutant's caught-at / shrunk-to line
-if [[ $PASSES == *named* ]]; then read -r -a named <<< "${NAMED:?NAMED: the test ids of the named pass}"; run_pass named "${NAMED_S:-120}" "${named[@]}" -rP; fi
+IFS=, read -r -a order <<< "$PASSES"
+for pass in "${order[@]}"; do
+  case "$pass" in
+    quick) run_pass quick "${QUICK_S:-420}" tests -m "not slow" ${WARM_K:+${warm_pid:+-k "not ($WARM_K)"}} ;;
+    warmed)
+      if [ -n "$warm_pid" ]; then wait "$warm_pid"; pack_warm; warm_pid=; fi
+      run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K" ;;
+    slow) run_pass slow "${SLOW_S:-300}" tests -m slow -rP ;;  # -rP: each mutant's caught-at / shrunk-to line
+    named) read -r -a named <<< "${NAMED:?NAMED: the test ids of the named pass}"
+           run_pass named "${NAMED_S:-120}" "${named[@]}" -rP ;;
+    *) echo "PASSES: quick, warmed, slow or named, got '$pass'"; exit 2 ;;
+  esac
+done
 [ -n "$warm_pid" ] && { echo "== warm-up still running at the end: packing what it compiled"; pack_warm; }
 tar -C /tmp -czf "$OUT/junit.tgz" $(cd /tmp && ls junit-*.xml 2>/dev/null) 2>/dev/null || true
 echo "== done $(date -u +%T)"

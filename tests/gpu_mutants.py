@@ -79,9 +79,14 @@ class Fa3SilentlyFa2(fp.FlashinferContext):
 class ReturnsBeforeSideStream(Context):
     """BUGS 19 (a race): the context FMHA launched on a side stream (clear the outputs, then compute and
     copy), and `run` returns without making the caller's stream wait for it. The caller's first read
-    races the side stream: on every other call a 25 ms spin (`torch.cuda._sleep`) before the work makes
-    the read land first (zeros, an LSE of -inf); otherwise the work usually wins. Identical runs differ;
-    the stream sanitizer flags the caller's read of a tensor the side stream wrote without a sync."""
+    races the side stream: on one call in three a 25 ms spin (`torch.cuda._sleep`) between the work and
+    the copy makes the read land first (zeros, an LSE of -inf); otherwise the copy usually wins. The spin
+    is queued after the work, so a host synchronization inside the work cannot absorb it
+    (`torch.tensor(kv_lens, device=...)` in `lowerings.paged` copies from host memory and waits for the side
+    stream): only the two copies are queued after it, microseconds of host time. With the spin ahead of
+    the work, 12 busy xdist workers let it shrink only to B = 2 (docs/gpu/2026-12-01-h200-session7.md,
+    run 24). Identical runs differ; the
+    stream sanitizer flags the caller's read of a tensor the side stream wrote without a sync."""
 
     name = "gpu-mutant:returns_before_side_stream"
     devices = ("cuda",)
@@ -103,9 +108,9 @@ class ReturnsBeforeSideStream(Context):
         with torch.cuda.stream(self.side):
             out.zero_()
             lse.fill_(float("-inf"))
+            res = super().run(inputs)
             if self.calls % 3 == 0:
                 torch.cuda._sleep(self.SPIN_CYCLES)
-            res = super().run(inputs)
             out.copy_(res.out)
             lse.copy_(res.lse)
         # BUG: no `main.wait_stream(self.side)` (nor `out.record_stream(self.side)`) before returning
