@@ -117,6 +117,11 @@ def main(argv=None) -> int:
         return 0
     if args.jobs < 1:
         ap.error(f"--jobs: a positive number of modules built side by side, got {args.jobs}")
+    if args.jobs > 1 and not os.environ.get("MAX_JOBS"):
+        # ninja's default is every core for each module: N modules side by side would start N times that many
+        # nvcc processes (fa3's take gigabytes each). Share the cores instead. A GPU machine that ran 8 fa3
+        # builds with ninja's default beside 14 pytest workers stopped answering (docs/gpu/2026-12-02-h200-session8.md).
+        os.environ["MAX_JOBS"] = str(max(1, (os.cpu_count() or 1) // args.jobs))
     _ensure_libcuda()
     _ensure_curand_headers()
     t_all = time.time()
