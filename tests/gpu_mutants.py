@@ -113,7 +113,16 @@ class ReturnsBeforeSideStream(Context):
                 torch.cuda._sleep(self.SPIN_CYCLES)
             out.copy_(res.out)
             lse.copy_(res.lse)
-        # BUG: no `main.wait_stream(self.side)` (nor `out.record_stream(self.side)`) before returning
+        # The memory is kept right: what the side stream reads or writes is not handed to another tensor
+        # before the side stream is done with it. Without this (H200 run 27), an index kernel's device-side
+        # assert ("index out of bounds") was reported at the harness's next page-table copy, and the dead
+        # CUDA context failed every later test of that xdist worker. The likely path: the copy 25 ms after
+        # `run` returned wrote into memory the caching allocator had already handed on
+        # (docs/gpu/2026-12-02-h200-session8.md).
+        for t in (out, lse, inputs.q, inputs.k_pool, inputs.v_pool, inputs.page_table, inputs.context_lens,
+                  inputs.k_block, inputs.v_block):
+            t.record_stream(self.side)
+        # BUG: no `main.wait_stream(self.side)` before returning: the caller reads `out` and `lse` too early
         return LoweringResult(out=out, lse=lse)
 
 

@@ -8,7 +8,9 @@ which loads the same module. A run whose summary line is missing fails with what
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import os
 
 
 def entry_point_installed() -> bool:
@@ -24,9 +26,32 @@ def plugin_args() -> tuple[str, ...]:
     return () if entry_point_installed() else ("-p", "parity.pytest_plugin")
 
 
+# What makes a process an xdist worker. A pytester subprocess started from a worker inherits them, and is a
+# session of its own, not a worker: with them, pytest-benchmark (on the H200's image) warned "xdist plugin
+# is active" at configure and `-W error` ended the inner session (docs/gpu/2026-12-02-h200-session8.md).
+# PYTEST_XDIST_WORKER_COUNT stays: the inner session still shares the cores with the other workers.
+XDIST_WORKER_VARS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID")
+
+
+@contextlib.contextmanager
+def not_an_xdist_worker():
+    """This process's environment without `XDIST_WORKER_VARS` inside the block, restored after it."""
+    saved = {k: os.environ.pop(k) for k in XDIST_WORKER_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def run_subprocess(pytester, *args: str):
+    """`pytester.runpytest_subprocess(*args)` as a standalone pytest session (not an xdist worker)."""
+    with not_an_xdist_worker():
+        return pytester.runpytest_subprocess(*args)
+
+
 def runpytest(pytester, *args: str):
-    """`pytester.runpytest_subprocess(*args)` with the plugin loaded as an installed user has it."""
-    return pytester.runpytest_subprocess(*plugin_args(), *args)
+    """`run_subprocess(pytester, *args)` with the plugin loaded as an installed user has it."""
+    return run_subprocess(pytester, *plugin_args(), *args)
 
 
 def assert_outcomes(res, **outcomes: int) -> None:

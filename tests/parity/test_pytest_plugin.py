@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pathlib
 import re
 
 import pytest
 import torch
 
-from tests.plugin_runs import assert_outcomes, plugin_args, runpytest
+from tests.plugin_runs import assert_outcomes, plugin_args, run_subprocess, runpytest
 
 pytest_plugins = ["pytester"]
 
@@ -188,7 +189,7 @@ def test_a_foreign_suite_runs_as_without_the_plugin(pytester, monkeypatch):
     pytester.makepyfile(test_foreign=FOREIGN_TESTS)
     args = ("--lowering", "fp8-path", "-s", "-p", "no:cacheprovider", "-W", "error")
     res = runpytest(pytester, *args)
-    off = pytester.runpytest_subprocess("-p", "no:dflash_parity", *args)
+    off = run_subprocess(pytester, "-p", "no:dflash_parity", *args)
     assert_outcomes(res, passed=3)
     assert_outcomes(off, passed=3)
     assert "OWN-GPU-TEST-RAN" in res.stdout.str() and "warning" not in res.stdout.str().lower()
@@ -254,3 +255,13 @@ def test_gpu_pinning_and_the_profile_only_in_a_session_that_uses_the_plugin(pyte
         assert pinned == ["gw1"] and settings._current_profile == f"dflash-{plug._state(config).config_().profile}"
     finally:
         settings.load_profile(before)
+
+
+def test_a_pytester_session_is_not_an_xdist_worker(pytester, monkeypatch):
+    """The inner sessions of these tests are standalone runs: run from an xdist worker, they do not inherit
+    its `PYTEST_XDIST_WORKER` (a plugin that reads it, as pytest-benchmark does, took them for workers on
+    the H200), and the worker's own environment is unchanged afterwards."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    pytester.makepyfile(test_env="import os\n\ndef test_env():\n    assert 'PYTEST_XDIST_WORKER' not in os.environ\n")
+    assert_outcomes(run_subprocess(pytester, "-p", "no:cacheprovider"), passed=1)
+    assert os.environ["PYTEST_XDIST_WORKER"] == "gw3"
