@@ -9,7 +9,8 @@
 #                      that need the modules being compiled in the background)
 #             warmed = pytest -m "not slow" -k "$WARM_K"          (waits for the background warm-up first)
 #             slow   = pytest -m slow                             (production-scale mutants, the scale profile)
-#             named  = pytest $NAMED -rP                          (chosen tests, their printed output kept)
+#             named  = pytest $NAMED -rfEsP                       (chosen tests, their printed output kept;
+#                      NAMED is split on spaces: write a -k expression without them, e.g. "-knot(fa3)")
 #   WARM      lowerings whose JIT modules are compiled in the background (`python -m parity.warmup`, on the
 #             GPU) while the passes before `warmed` run (default "context[flashinfer-fa3]"); WARM_K the -k
 #             expression of their tests (default "fa3")
@@ -80,9 +81,9 @@ for pass in "${order[@]}"; do
     warmed)
       if [ -n "$warm_pid" ]; then wait "$warm_pid"; pack_warm; warm_pid=; fi
       run_pass warmed "${WARMED_S:-200}" tests -m "not slow" -k "$WARM_K" ;;
-    slow) run_pass slow "${SLOW_S:-300}" tests -m slow -rP ;;  # -rP: each mutant's caught-at / shrunk-to line
+    slow) run_pass slow "${SLOW_S:-300}" tests -m slow -rfEsP ;;  # P: each mutant's caught-at / shrunk-to line
     named) read -r -a named <<< "${NAMED:?NAMED: the test ids of the named pass}"
-           run_pass named "${NAMED_S:-120}" "${named[@]}" -rP ;;
+           run_pass named "${NAMED_S:-120}" "${named[@]}" -rfEsP ;;
     *) echo "PASSES: quick, warmed, slow or named, got '$pass'"; exit 2 ;;
   esac
 done
