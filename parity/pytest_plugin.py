@@ -206,7 +206,8 @@ _OWNS_GPU = pytest.StashKey[bool]()
 
 
 def _use(config: pytest.Config, profile_given: bool = False) -> None:
-    """The session uses the plugin: its hypothesis profile loaded, this xdist worker pinned to its GPU."""
+    """The session uses the plugin: its hypothesis profile loaded, this xdist worker pinned to its GPU, the
+    CUDA context watched (`parity.cuda_context`)."""
     state = _state(config)
     state.used = True
     if getattr(state, "_in_use", False):
@@ -219,6 +220,9 @@ def _use(config: pytest.Config, profile_given: bool = False) -> None:
     for name in PROFILES:
         hyp_settings.register_profile(f"dflash-{name}", profile_settings(name))
     hyp_settings.load_profile(f"dflash-{state.config_().profile}")
+    from parity.cuda_context import CudaContextWatch  # a dead CUDA context named in later failures
+
+    config.pluginmanager.register(CudaContextWatch(), "dflash_parity_cuda_context")
     if _is_worker(config):
         from parity.gpus import pin_xdist_worker
 
