@@ -20,7 +20,7 @@ with other work, 2026-12-01): page 105 s, cascade 34 s, decode 17-59 s, fa2 78-2
 (docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
 includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found;
 a fa3 module took 350-519 s on the same 2-core machine (922 s beside other work): all 34 modules in about
-95 minutes, part of it beside other work (docs/gpu/2026-12-02-h200-session8.md).
+96 minutes, part of it beside other work (docs/gpu/2026-12-02-h200-session8.md).
 """
 
 from __future__ import annotations
