@@ -85,8 +85,9 @@ class ReturnsBeforeSideStream(Context):
     (`torch.tensor(kv_lens, device=...)` in `lowerings.paged` copies from host memory and waits for the side
     stream): only the two copies are queued after it, microseconds of host time. With the spin ahead of
     the work, 12 busy xdist workers let it shrink only to B = 2 (docs/gpu/2026-12-01-h200-session7.md,
-    run 24). Identical runs differ; the
-    stream sanitizer flags the caller's read of a tensor the side stream wrote without a sync."""
+    run 24). The memory its side stream uses is kept alive (`record_stream`): the missing sync is the only
+    bug. Identical runs differ; the stream sanitizer flags the caller's read of a tensor the side stream
+    wrote without a sync."""
 
     name = "gpu-mutant:returns_before_side_stream"
     devices = ("cuda",)
