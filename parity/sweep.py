@@ -158,6 +158,21 @@ def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) ->
     return report
 
 
+def _reduce(report: LoweringReport, outcome: CaseOutcome, judge: Callable[[Case], CaseOutcome]) -> CaseOutcome:
+    """`outcome`'s case reduced by `parity.reduce` (its line in the report's notes); SIGINT keeps the
+    failure as found, the report marked interrupted."""
+    from parity.reduce import reduce_failure
+
+    try:
+        best, log = reduce_failure(outcome, judge)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.extra.append("interrupted while reducing a failing case: a partial run, not a verdict")
+        return outcome
+    report.extra.append(log.line())
+    return best
+
+
 def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
     """`parity.flakiness.name_failures`; SIGINT while re-running keeps the report (marked interrupted)."""
     try:
@@ -254,7 +269,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
                     run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
                     base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any]) -> LoweringReport:
-    from hypothesis import given, target as hyp_target
+    from hypothesis import Phase, given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
 
     ok, why = lowering_available(lowering, opts.device, executor)
@@ -310,6 +325,14 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731
     run_case = refusing_invalid(stops_on_interrupt(run_case))
+    reducing = Phase.shrink not in settings.phases
+
+    def reduce_judge(case: Case) -> CaseOutcome:  # a step of the case reducer, judged and counted as a case
+        out = run_case(lowering, case, policy, opts, yardstick)
+        report.absorb(out, compile_family(lowering, case))
+        if progress:
+            progress(report, out)
+        return out
 
     @settings
     @given(case=strategy)
@@ -363,7 +386,10 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         report.reason = (f"no case could be drawn that supports() accepts under these limits ({report.cases} "
                          f"judged): nothing judged")
     except _CaseFailed as err:
-        report.failures.append(Failure(err.outcome, shrunk=True))
+        found = err.outcome
+        if reducing:  # hypothesis's shrinker is off (`Profile.shrinker == "cases"`): the case reducer's turn
+            found = _reduce(report, found, reduce_judge)
+        report.failures.append(Failure(found, shrunk=True))
     except Flaky as err:  # failed, then passed on hypothesis's replay: a race, a crash or hang, state
         failed = case_failures(err)
         if not failed:
@@ -380,9 +406,10 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                 report.failures.append(Failure(failed[0].outcome, shrunk=False))
                 report.extra.append("interrupted while shrinking a flaky failure: a partial run, not a verdict")
     if boundary_failure is not None and not report.failures and not report.interrupted:
-        report.failures.append(Failure(boundary_failure[0], shrunk=False))
         report.extra.append(f"caught by the boundary case ({boundary_failure[1]}) run before the random draw, "
-                            f"which did not reach it in {report.cases} case(s); not shrunk")
+                            f"which did not reach it in {report.cases} case(s)" + ("" if reducing else "; not shrunk"))
+        found = _reduce(report, boundary_failure[0], reduce_judge) if reducing else boundary_failure[0]
+        report.failures.append(Failure(found, shrunk=reducing and not report.interrupted))
     if flaky_runs and report.failures and not report.interrupted:
         _name_failures(report, reruns, sanitizer)
     msg = compile_budget_message(lowering, report)

@@ -9,7 +9,8 @@
 - `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
 - `scale`: the nightly GPU run at production scale: batches up to 256, contexts to 128K, pools padded
   past 2**31 and 2**32 elements, three quarters of the GPU for one case (`Profile.limits`: defaults for
-  the limits a lowering leaves unset).
+  the limits a lowering leaves unset); a failure is shrunk by the case reducer (`parity.reduce`), not by
+  hypothesis, whose shrinker costs hundreds of production-scale cases (`Profile.shrinker`).
 
 `flaky_runs` (R): how many times a failure is re-run before it is named ("failed k of R runs",
 `parity.flakiness`), and how many runs a case gets in the search that shrinks a flaky failure (it fails
@@ -24,6 +25,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 
 
+SHRINKERS = ("hypothesis", "cases")
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -36,8 +40,14 @@ class Profile:
     # share of the GPU's memory one case may take (None: parity.footprint.CUDA_SHARE).
     limits: dict[str, Any] = field(default_factory=dict)
     case_share: float | None = None
+    # Who shrinks a failure: "hypothesis" (its shrinker, over the choice sequence), or "cases" (hypothesis's
+    # shrink phase off, `parity.reduce` cuts the case itself: requests, pool, lengths; for cases that cost
+    # too much for the hundreds of steps hypothesis's shrinker takes at production scale).
+    shrinker: str = "hypothesis"
 
     def __post_init__(self) -> None:
+        if self.shrinker not in SHRINKERS:
+            raise ValueError(f"Profile {self.name!r}: shrinker must be one of {', '.join(SHRINKERS)}, got {self.shrinker!r}")
         if isinstance(self.flaky_runs, bool) or not isinstance(self.flaky_runs, int) or self.flaky_runs < 2:
             raise ValueError(f"Profile {self.name!r}: flaky_runs must be an integer >= 2, got {self.flaky_runs!r}")
 
@@ -49,10 +59,13 @@ PROFILES = {
     "ci": Profile("ci", 60, True, False, "derandomized, no deadline, no example database", flaky_runs=4),
     "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized", flaky_runs=8),
     "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error", flaky_runs=16),
-    # scale: R as `gpu`'s (a derandomized GPU sweep); each re-run of a production case costs up to 75% of the GPU
+    # scale: R as `gpu`'s (a derandomized GPU sweep); each re-run of a production case costs up to 75% of the GPU.
+    # The case reducer shrinks: hypothesis's shrinker took 5 minutes on the H200 and left a 32-bit-offset bug at
+    # B = 72, 100,000 keys each (docs/gpu/2026-12-02-h200-session8.md, run 27).
     "scale": Profile("scale", 200, True, False, "nightly on a GPU at production scale: B to 256, 128K contexts, "
                      "pools past 2**31 elements", flaky_runs=8,
-                     limits=dict(max_production_batch=256, max_pool_elements=2**33), case_share=0.75),
+                     limits=dict(max_production_batch=256, max_pool_elements=2**33), case_share=0.75,
+                     shrinker="cases"),
 }
 
 
@@ -68,7 +81,7 @@ def profile_settings(name: str, *, max_examples: int | None = None, seed: int | 
     if database:
         from hypothesis.database import DirectoryBasedExampleDatabase
         db = DirectoryBasedExampleDatabase(database)
-    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if prof.shrinker == "hypothesis" else [])
     if prof.target:
         phases.insert(3, Phase.target)
     return settings(
