@@ -86,20 +86,24 @@ def compact_pool(case: Case) -> Case | None:
 
 @dataclass
 class Reduction:
-    """What `reduce_failure` did: judged steps, cuts kept per phase, and whether the step budget ended it."""
+    """What `reduce_failure` did: judged steps, cuts kept per phase, the phases its step budget ended."""
 
     steps: int = 0
     kept: dict[str, int] = field(default_factory=dict)
-    exhausted: bool = False
+    cut_short: list[str] = field(default_factory=list)  # phases stopped by their share of the step budget
     seconds: float = 0.0
     start: str = ""
     end: str = ""
+
+    @property
+    def exhausted(self) -> bool:
+        return bool(self.cut_short)
 
     def line(self) -> str:
         kept = ", ".join(f"{k} {v}" for k, v in self.kept.items() if v) or "none"
         return (f"shrunk by the case reducer (hypothesis's shrink phase is off in this profile) in {self.steps} "
                 f"judged case(s), {self.seconds:.1f} s; cuts kept: {kept}"
-                + ("; stopped at its step budget" if self.exhausted else "")
+                + (f"; stopped by the step budget in: {', '.join(self.cut_short)}" if self.cut_short else "")
                 + f"; from {self.start}")
 
 
@@ -107,20 +111,27 @@ class _Budget(Exception):
     pass
 
 
+# Each phase's share of `max_steps` (of what is left when it starts): the batch may not take it all (a bug
+# that needs 33 requests costs one removal per request at the last level), the lengths get the rest.
+PHASE_SHARE = {"batch": 0.5, "pool": 0.25, "length": 1.0}
+
+
 def reduce_failure(outcome, judge: Callable[[Case], object], *, max_steps: int = MAX_STEPS):
     """The smallest failing outcome found from the failing `outcome` (a `CaseOutcome`), and a `Reduction`.
     `judge(case) -> CaseOutcome` runs a case as the check does; a case it refuses (InvalidInput: a
-    non-finite oracle) counts as not failing."""
+    non-finite oracle) counts as not failing. Each phase spends at most its `PHASE_SHARE` of the steps
+    left when it starts."""
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"max_steps: a positive integer, got {max_steps!r}")
     log = Reduction(start=outcome.case.short()[:160])
     t0 = time.perf_counter()
     best = outcome
+    cap = 0
 
     def fails(case: Case, phase: str) -> bool:
         nonlocal best
-        if log.steps >= max_steps:
-            log.exhausted = True
+        if log.steps >= cap:
+            log.cut_short.append(phase)
             raise _Budget
         log.steps += 1
         try:
@@ -133,12 +144,13 @@ def reduce_failure(outcome, judge: Callable[[Case], object], *, max_steps: int =
             return True
         return False
 
-    try:
-        _reduce_batch(lambda c: fails(c, "batch"), lambda: best.case)
-        _reduce_pool(lambda c: fails(c, "pool"), lambda: best.case)
-        _reduce_lengths(lambda c: fails(c, "length"), lambda: best.case)
-    except _Budget:
-        pass
+    for phase, run in (("batch", _reduce_batch), ("pool", _reduce_pool), ("length", _reduce_lengths)):
+        left = max_steps - log.steps
+        cap = log.steps + max(1, int(left * PHASE_SHARE[phase])) if left > 0 else log.steps
+        try:
+            run(lambda c, phase=phase: fails(c, phase), lambda: best.case)
+        except _Budget:
+            pass
     log.seconds = time.perf_counter() - t0
     log.end = best.case.short()[:160]
     return best, log

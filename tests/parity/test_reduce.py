@@ -93,7 +93,7 @@ def test_the_step_budget_holds_and_is_said():
     c = _case(lens=(4000, 3000, 2000), keys=(1, 2, 3))
     judge, calls = _judge(lambda x: sum(x.context_lens) >= 1)
     best, log = reduce_failure(CaseOutcome("fake", c, "fail"), judge, max_steps=3)
-    assert len(calls) == 3 and log.exhausted and "step budget" in log.line()
+    assert len(calls) == 3 and log.exhausted and "stopped by the step budget" in log.line()
     assert best.case.batch_size == 1  # the cuts it made are kept
     with pytest.raises(ValueError, match="max_steps"):
         reduce_failure(CaseOutcome("fake", c, "fail"), judge, max_steps=0)
@@ -146,3 +146,14 @@ def test_the_request_furthest_into_the_pool_is_tried_second():
     judge, calls = _judge(lambda x: any(p >= top for r in x.pages for p in r))
     best, log = reduce_failure(CaseOutcome("fake", c, "fail"), judge)
     assert best.case.value_keys == (4,) and calls[1].value_keys == (4,), [k.value_keys for k in calls[:3]]
+
+
+def test_a_batch_bug_leaves_steps_for_the_lengths():
+    """A dispatch bug that needs 33 requests: the batch cuts stop at their share of the budget, and the
+    lengths still shrink."""
+    c = _case(lens=(100,) * 40, keys=tuple(range(40)))
+    judge, calls = _judge(lambda x: x.batch_size >= 33)
+    best, log = reduce_failure(CaseOutcome("fake", c, "fail"), judge)
+    assert 33 <= best.case.batch_size <= 40 and log.cut_short[:1] == ["batch"], log.line()
+    assert log.kept.get("length", 0) >= 1 and len(calls) <= 64, log.line()
+    assert "stopped by the step budget in: batch" in log.line()
