@@ -91,6 +91,7 @@ class Reduction:
     steps: int = 0
     kept: dict[str, int] = field(default_factory=dict)
     cut_short: list[str] = field(default_factory=list)  # phases stopped by their share of the step budget
+    interrupted: bool = False  # SIGINT during a step: the cuts made before it are kept
     seconds: float = 0.0
     start: str = ""
     end: str = ""
@@ -104,6 +105,7 @@ class Reduction:
         return (f"shrunk by the case reducer (hypothesis's shrink phase is off in this profile) in {self.steps} "
                 f"judged case(s), {self.seconds:.1f} s; cuts kept: {kept}"
                 + (f"; stopped by the step budget in: {', '.join(self.cut_short)}" if self.cut_short else "")
+                + ("; interrupted (SIGINT): the cuts made before it kept" if self.interrupted else "")
                 + f"; from {self.start}")
 
 
@@ -151,6 +153,9 @@ def reduce_failure(outcome, judge: Callable[[Case], object], *, max_steps: int =
             run(lambda c, phase=phase: fails(c, phase), lambda: best.case)
         except _Budget:
             pass
+        except KeyboardInterrupt:  # SIGINT: what was cut so far is kept, the caller says it was interrupted
+            log.interrupted = True
+            break
     log.seconds = time.perf_counter() - t0
     log.end = best.case.short()[:160]
     return best, log

@@ -159,17 +159,20 @@ def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) ->
 
 
 def _reduce(report: LoweringReport, outcome: CaseOutcome, judge: Callable[[Case], CaseOutcome]) -> CaseOutcome:
-    """`outcome`'s case reduced by `parity.reduce` (its line in the report's notes); SIGINT keeps the
-    failure as found, the report marked interrupted."""
+    """`outcome`'s case reduced by `parity.reduce` (its line in the report's notes); on SIGINT the cuts made
+    so far are kept and the report is marked interrupted; a plugin's SystemExit keeps the failure as found."""
     from parity.reduce import reduce_failure
 
     try:
         best, log = reduce_failure(outcome, judge)
-    except KeyboardInterrupt:
-        report.interrupted = True
-        report.extra.append("interrupted while reducing a failing case: a partial run, not a verdict")
+    except SystemExit as err:  # as `_exited` says of a plugin's exit in a drawn case
+        report.extra.append(f"plugin code raised SystemExit({err.code!r}) while the case reducer ran: a lowering "
+                            f"must return, not exit the process; the failure is kept as found")
         return outcome
     report.extra.append(log.line())
+    if log.interrupted:
+        report.interrupted = True
+        report.extra.append("interrupted while reducing a failing case: a partial run, not a verdict")
     return best
 
 
@@ -389,7 +392,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         found = err.outcome
         if reducing:  # hypothesis's shrinker is off (`Profile.shrinker == "cases"`): the case reducer's turn
             found = _reduce(report, found, reduce_judge)
-        report.failures.append(Failure(found, shrunk=True))
+        report.failures.append(Failure(found, shrunk=not report.interrupted))
     except Flaky as err:  # failed, then passed on hypothesis's replay: a race, a crash or hang, state
         failed = case_failures(err)
         if not failed:

@@ -157,3 +157,47 @@ def test_a_batch_bug_leaves_steps_for_the_lengths():
     assert 33 <= best.case.batch_size <= 40 and log.cut_short[:1] == ["batch"], log.line()
     assert log.kept.get("length", 0) >= 1 and len(calls) <= 64, log.line()
     assert "stopped by the step budget in: batch" in log.line()
+
+
+def test_sigint_keeps_the_cuts_made_so_far():
+    c = _case(lens=(300, 2049, 70, 4100, 12), keys=(1, 2, 3, 4, 5))
+    seen = []
+
+    def judge(case):
+        seen.append(case)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return CaseOutcome("fake", case, "fail" if max(case.context_lens) >= 2049 else "pass")
+    best, log = reduce_failure(CaseOutcome("fake", c, "fail"), judge)
+    assert log.interrupted and best.case.batch_size == 1 and "interrupted (SIGINT)" in log.line()
+
+
+def _interrupting_reducer(outcome, judge):
+    def stop(case):
+        raise KeyboardInterrupt
+    return reduce_failure(outcome, stop)  # the real one, imported above
+
+
+def _exiting_reducer(outcome, judge):
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("reducer, phrase, interrupted", [
+    (_interrupting_reducer, "interrupted while reducing a failing case", True),
+    (_exiting_reducer, "SystemExit(3) while the case reducer ran", False),
+])
+def test_in_check_lowering_sigint_and_exit_keep_the_failure(monkeypatch, reducer, phrase, interrupted):
+    """`check_lowering` with the reducer: SIGINT in a step keeps the failure, marked interrupted and not
+    shrunk; a plugin's SystemExit keeps it as found, with a note."""
+    from parity import policy as parity_policy
+    from parity.runner import RunOptions, check_lowering
+    from tests import mutants as M
+
+    monkeypatch.setattr("parity.reduce.reduce_failure", reducer)
+    lw = M.WindowLeftW()
+    no_shrink = settings(phases=[Phase.explicit, Phase.generate], max_examples=40, derandomize=True, database=None,
+                         deadline=None, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+    rep = check_lowering(lw, parity_policy.load(), strategy=cases(lw, limits=Limits(max_batch=4, max_context=40)),
+                         settings=no_shrink, opts=RunOptions(device="cpu"), flaky_runs=0)
+    assert rep.status == "fail" and len(rep.failures) == 1 and any(phrase in e for e in rep.extra), rep.extra
+    assert rep.interrupted == interrupted and rep.failures[0].shrunk == (not interrupted)
