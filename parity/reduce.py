@@ -39,8 +39,8 @@ COMPACT_SPARES = 1  # spare pages a compacted pool keeps (page 0's neighbour for
 
 def drop_requests(case: Case, keep: list[int]) -> Case:
     """`case` with only the requests `keep` (indices, in order); the pool and its other pages unchanged.
-    A case without `value_keys` gets them (`i<index>` streams become explicit keys only by index, so its
-    kept requests change values: such a cut is judged like any other)."""
+    A case without `value_keys` (its streams keyed by index) stays without them, so its kept requests take
+    the values of their new index: such a cut is judged like any other."""
     keys = case.value_keys
     return case.replace(context_lens=tuple(case.context_lens[b] for b in keep),
                         pages=tuple(case.pages[b] for b in keep),
@@ -52,11 +52,11 @@ def shorten_request(case: Case, b: int, length: int) -> Case:
     context needs plus the extra pages it had (the others become spare pages of the pool)."""
     K, ps = case.block_size, case.page_size
     row = case.pages[b]
-    extra = len(row) - pages_needed(case.context_lens[b], K, ps)
+    extra = len(row) - pages_needed(case.context_lens[b], K, ps)  # >= 0: a Case holds the pages it needs
     lens = list(case.context_lens)
     lens[b] = length
     pages = list(case.pages)
-    pages[b] = row[:pages_needed(length, K, ps) + max(0, extra)]
+    pages[b] = row[:pages_needed(length, K, ps) + extra]
     return case.replace(context_lens=tuple(lens), pages=tuple(pages))
 
 
@@ -94,7 +94,6 @@ class Reduction:
     interrupted: bool = False  # SIGINT during a step: the cuts made before it are kept
     seconds: float = 0.0
     start: str = ""
-    end: str = ""
 
     @property
     def exhausted(self) -> bool:
@@ -157,7 +156,6 @@ def reduce_failure(outcome, judge: Callable[[Case], object], *, max_steps: int =
             log.interrupted = True
             break
     log.seconds = time.perf_counter() - t0
-    log.end = best.case.short()[:160]
     return best, log
 
 
