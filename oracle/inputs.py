@@ -151,13 +151,15 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
     on_device = build == "device" or (build == "auto" and device.type == "cuda")
     where = device if on_device else torch.device("cpu")
     c = case
-    q, k_pool, v_pool, k_block, v_block = _assemble(
-        c, where, canary, case_values(c, where, host_order=not on_device), host=not on_device)
     # Page table: owned pages in order, then a spare page (or page 0 when the pool has none); columns
-    # past a padded view hold ids far outside the pool, so reading through the row stride shows.
+    # past a padded view hold ids far outside the pool, so reading through the row stride shows. Built
+    # first: its rows are where each request's values go (one host-to-device copy for the whole case).
+    table = _page_table(c, where)
+    q, k_pool, v_pool, k_block, v_block = _assemble(
+        c, where, canary, case_values(c, where, host_order=not on_device), host=not on_device, table=table)
     return Inputs(
         case=c, q=q.to(device), k_pool=k_pool.to(device), v_pool=v_pool.to(device),
-        page_table=_page_table(c, device),
+        page_table=table.to(device),
         context_lens=torch.tensor(c.context_lens, dtype=torch.int32, device=device),
         context_lens_host=tuple(c.context_lens), k_block=k_block.to(device), v_block=v_block.to(device),
         canary=canary,
@@ -190,10 +192,12 @@ def _filled(shape: tuple[int, ...], value: float, dtype: torch.dtype, device: to
     return torch.full(shape, value, dtype=dtype, device=device)
 
 
-def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[RequestValues], *, host: bool):
+def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[RequestValues], *, host: bool,
+              table: torch.Tensor):
     """`(q, k_pool, v_pool, k_block, v_block)` on `device` from each request's values (in batch order):
     the pool in its layout, canaries everywhere first (`host`: the host build's canary bits), then each
-    request's context (and its block when appended) written into its own slots."""
+    request's context (and its block when appended) written into its own slots, found through `table`
+    (the case's page table on `device`: no host-to-device copy, hence no synchronization, per request)."""
     dt, kvdt = torch_dtype(c.dtype), torch_dtype(c.kv_dtype)
     B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
     is_fp8 = kvdt == TORCH_DTYPES["float8_e4m3fn"]
@@ -220,7 +224,7 @@ def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[Reque
             kb = _dequantize(_quantize(kb, kvdt, c.k_scale), c.k_scale)
             vb = _dequantize(_quantize(vb, kvdt, c.v_scale), c.v_scale)
         k_block[b], v_block[b] = kb, vb
-        row = torch.tensor(c.pages[b], dtype=torch.long, device=device)
+        row = table[b, : len(c.pages[b])].long()
         if L:
             t = torch.arange(L, device=device)
             pid, slot = row[t // ps], t % ps

@@ -143,6 +143,12 @@ def sink_gain(case: Case) -> float:
     return SINK_EXCESS / (case.softmax_scale * D * k_eff) + SINK_SIGMAS * math.sqrt(2.0 / D)
 
 
+def _to_device(values: list, device: torch.device) -> torch.Tensor:
+    """A few host numbers on `device` without waiting for the device (a blocking copy synchronizes with
+    every kernel queued before it; the host list is read before the copy returns either way)."""
+    return torch.tensor(values).to(device, non_blocking=True)
+
+
 def request_values(case: Case, b: int, streams: _Streams) -> RequestValues:
     """Request `b`'s values in `case.values`'s regime (module docstring)."""
     c = case
@@ -156,7 +162,7 @@ def request_values(case: Case, b: int, streams: _Streams) -> RequestValues:
         a, g = regime_gains(c)
         if r == "huge":
             u = streams.normals("dir", 1, (Hkv, D))[0]
-            sign = torch.tensor([streams.rng("sign").choice((-1.0, 1.0)) for _ in range(Hkv)], device=q.device)
+            sign = _to_device([streams.rng("sign").choice((-1.0, 1.0)) for _ in range(Hkv)], q.device)
             q.add_((u * sign.view(-1, 1)).repeat_interleave(c.group_size, dim=0))
             k.add_(u), kb.add_(u)
         q.mul_(a)
@@ -176,8 +182,7 @@ def request_values(case: Case, b: int, streams: _Streams) -> RequestValues:
         tv = TINY["v_fp8"] if fp8 else TINY["v"]
         v.add_(1.0).mul_(tv), vb.add_(1.0).mul_(tv)
     elif r == "outliers":
-        ch = torch.tensor(sorted(streams.rng("outliers").sample(range(D), min(OUTLIER_CHANNELS, D))),
-                          device=q.device)
+        ch = _to_device(sorted(streams.rng("outliers").sample(range(D), min(OUTLIER_CHANNELS, D))), q.device)
         for x in (q, k, v, kb, vb):
             x[..., ch] *= OUTLIER_GAIN
     if fp8:

@@ -42,16 +42,18 @@ class _Phase:
 
 
 def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
-    """The yardstick's output on a copy of the inputs, or on the inputs themselves when a copy does not fit
-    (the yardstick, `sdpa`, writes none of its inputs: its own check says so); None, with the reason in
-    `outcome.skipped`, when its working set does not fit either."""
+    """The yardstick's output `[B, K, Hq, D]`, or None, with the reason in `outcome.skipped`, when its working
+    set does not fit. A yardstick that declares `reads_inputs_only` (`sdpa`: checked as a lowering, its
+    untouched-input check passes) runs on the inputs themselves; any other on a copy of them, or on the
+    inputs when a copy does not fit."""
     case = inputs.case
     need = footprint.yardstick_bytes(case)
     if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
         return None
     run_output = optional_hook(yardstick, "run_output")  # the output alone (sdpa: no LSE computed)
     run = run_output if run_output is not None else (lambda x: yardstick.run(x).out)
-    if memory.fits(None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
+    if getattr(yardstick, "reads_inputs_only", False) is not True and memory.fits(
+            None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
         return run(inputs.clone())
     return run(inputs)
 
@@ -84,11 +86,18 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
             yard_out = run_yardstick(yardstick, inputs, opts, outcome)
+    profiled = (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
+                and optional_hook(lowering, "kernel_families") is not None)
     with _Phase(outcome, "build"):
+        # `before`: the inputs as given, for the untouched-input check, and the pristine source of every later
+        # call's inputs with the same canary (`fresh_inputs`: a device copy instead of a second build); a case
+        # whose kernel names are read keeps one for its profiled run even without the untouched-input check.
         before = None
         if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
                                                        "a snapshot of the inputs to compare against"):
-            before = {k: v.clone() for k, v in inputs.tensors().items()}
+            before = inputs.clone()
+        elif profiled and memory.fits(None, memory.KERNEL_NAMES, case, opts, footprint.input_bytes(case), ""):
+            before = inputs.clone()
     try:
         with _Phase(outcome, "lowering"):
             result = call_lowering(lowering, inputs, outcome)
@@ -113,19 +122,18 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
             msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
             if msg:
                 outcome.failures.append(msg)
-        if before is not None:
-            outcome.failures.extend(untouched_failures(case, before, inputs))
+        if before is not None and opts.check_inputs_untouched:
+            outcome.failures.extend(untouched_failures(case, before.tensors(), inputs))
     if opts.check_determinism and not outcome.failures and memory.fits(
             outcome, memory.RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
             "the other canary's inputs and the lowering's second run"):
         with _Phase(outcome, "hardening"):
-            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome))
-    if (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
-            and optional_hook(lowering, "kernel_families") is not None and not outcome.failures
-            and memory.fits(outcome, memory.KERNEL_NAMES, case, opts,
-                            footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES), "a profiled run's inputs")):
+            outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome, pristine=before))
+    if profiled and not outcome.failures and memory.fits(
+            outcome, memory.KERNEL_NAMES, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            "a profiled run's inputs"):
         with _Phase(outcome, "kernel_names"):
-            outcome.failures.extend(gpu_kernel_failures(lowering, case, opts))
+            outcome.failures.extend(gpu_kernel_failures(lowering, case, opts, pristine=before))
     if outcome.failures:
         outcome.status = "fail"
     outcome.seconds = time.perf_counter() - t0

@@ -1,9 +1,10 @@
 """How much memory a case takes on its device, estimated from its spec (no tensor is built).
 
 `run_case` holds the case's input tensors (`input_bytes`: q, both pools, the dense block, the page
-table, the guarded output buffers) several times over: the inputs, the yardstick's copy, the snapshot
-the untouched-input check compares against, the other-canary inputs of the determinism re-run (and a
-third and fourth set when two runs differ), the isolation run's perturbed inputs. On top of them: the
+table, the guarded output buffers) several times over: the inputs (which the `sdpa` yardstick reads in
+place), the snapshot the untouched-input check compares against, the other-canary inputs of the
+determinism re-run (and a third and fourth set when two runs differ), the isolation run's perturbed
+inputs. On top of them: the
 oracle's working set (`oracle_bytes`), the yardstick's (`yardstick_bytes`) and the lowering's own
 (`LOWERING_COPIES` input sets, a guess: kernels allocate workspaces, torch glue allocates
 temporaries). `run_bytes` adds it up; `strategies` keeps each drawn case under `Limits.max_case_bytes`
@@ -20,7 +21,7 @@ from oracle.case import BatchShape, Case
 
 _SIZE = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int32": 4, "int64": 8, "float32": 4}
 HARDENED_INPUT_SETS = 5  # inputs, the untouched-input snapshot, the other canary, a third and a fourth run
-PLAIN_INPUT_SETS = 2  # inputs and the yardstick's copy
+PLAIN_INPUT_SETS = 1  # the inputs (the `sdpa` yardstick reads them in place: parity.case_run.run_yardstick)
 LOWERING_COPIES = 1
 ORACLE_CHUNK = 2048  # oracle.reference.DEFAULT_CHUNK (not imported: this module imports no torch)
 GIB = 1 << 30
@@ -86,9 +87,10 @@ def yardstick_bytes(case: Shape) -> int:
     return gathered + per_group
 
 
-def run_bytes(case: Shape, *, hardening: bool = True) -> int:
-    """The most `run_case` holds at once for `case` (see the module docstring)."""
-    sets = HARDENED_INPUT_SETS if hardening else PLAIN_INPUT_SETS
+def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
+    """The most `run_case` holds at once for `case` (see the module docstring); `profiled`: its kernel
+    names are read, so without hardening it also keeps a pristine copy of its inputs for that run."""
+    sets = HARDENED_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
     return (sets + LOWERING_COPIES) * input_bytes(case) + oracle_bytes(case) + yardstick_bytes(case)
 
 

@@ -21,7 +21,7 @@ from oracle.case import Case
 from oracle.inputs import GuardedBuffer, Inputs, poison_bits
 from parity import footprint, memory
 from parity import result_bits as rb
-from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
+from parity.invocation import LoweringError, RunOptions, call_lowering, fresh_inputs, prepare_inputs
 from parity.judge import compare
 from parity.outcome import CaseOutcome
 
@@ -126,7 +126,8 @@ def negate_context(inputs: Inputs, b: int) -> None:
 
 
 def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: LoweringResult,
-                   ref: reference.OracleResult, tol, outcome: CaseOutcome | None = None) -> list[str]:
+                   ref: reference.OracleResult, tol, outcome: CaseOutcome | None = None,
+                   pristine: Inputs | None = None) -> list[str]:
     """Second run with the other canary (NaN <-> large finite value in every slot no request owns):
 
     - a deterministic lowering must give the same bits in everything it returns (output, LSE, each
@@ -137,6 +138,8 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     - a lowering that does not claim determinism is judged again against the oracle.
     Then, for a third of the cases with B >= 2 (by seed), isolation: negating the last request's context
     must leave every other request's output bit-identical.
+    `pristine`: the case's inputs as first given (opts.canary), copied for the runs with that canary
+    instead of building them again (`fresh_inputs`).
     """
     msgs: list[str] = []
     other = "large" if opts.canary != "large" else "nan"
@@ -151,7 +154,8 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
     firsts, seconds = rb.parts_of(first), rb.parts_of(second)
     if rb.differing_parts(firsts, seconds):  # everything it returns: output, LSE, each partial
         try:
-            third = call_lowering(lowering, prepare_inputs(lowering, case, opts)[0], CaseOutcome(lowering.name, case, "pass"))
+            third = call_lowering(lowering, fresh_inputs(lowering, case, opts, pristine=pristine)[0],
+                                  CaseOutcome(lowering.name, case, "pass"))
         except LoweringError as err:
             return [f"third run: {err}"]
         try:
@@ -179,7 +183,7 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
             outcome, memory.ISOLATION, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
             "the perturbed inputs of the request-isolation run")):
         del second_in
-        pert, _ = prepare_inputs(lowering, case, opts)
+        pert, _ = fresh_inputs(lowering, case, opts, pristine=pristine)
         negate_context(pert, B - 1)
         try:
             res = call_lowering(lowering, pert, CaseOutcome(lowering.name, case, "pass"))
@@ -207,11 +211,12 @@ def cuda_kernel_names(prof) -> list[str]:
             and str(e.device_type).endswith("CUDA")]
 
 
-def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions) -> list[str]:
-    """Run once more under torch.profiler; the CUDA kernel names must match the lowering's declaration."""
+def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions, pristine: Inputs | None = None) -> list[str]:
+    """Run once more under torch.profiler (on `pristine`, the inputs as first given, when kept: the last
+    call of a case, so they are used up); the CUDA kernel names must match the lowering's declaration."""
     from torch.profiler import ProfilerActivity, profile
 
-    inputs, _ = prepare_inputs(lowering, case, opts)
+    inputs, _ = fresh_inputs(lowering, case, opts, pristine=pristine, take=True)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         try:

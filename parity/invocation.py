@@ -2,7 +2,7 @@
 
 - `RunOptions`: what `run_case` checks besides the numbers (one frozen value, sent to isolated workers).
 - `prepare_inputs`: the case's tensors for one call, with poisoned output buffers for a lowering that
-  declares `writes_given_output`.
+  declares `writes_given_output`; `fresh_inputs`: the same from a pristine copy when one is kept.
 - `call_lowering`: `lowering.run(inputs)` inside a `KernelCounter` (counted calls, observed flashinfer
   calls, compilations recorded on the outcome); anything the lowering raises, an exit included, and a
   result of the wrong type or dtype, or without its LSE, become a `LoweringError`: a failure of that
@@ -62,6 +62,23 @@ def prepare_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str
                    ) -> tuple[Inputs, tuple[GuardedBuffer, GuardedBuffer] | None]:
     """The case's tensors for one call of `lowering`, with poisoned output buffers when it writes given ones."""
     inputs = materialize(case, opts.device, canary=canary or opts.canary)
+    bufs = None
+    if opts.check_output_buffers and writes_given_output(lowering):
+        bufs = attach_output_buffers(inputs)
+    return inputs, bufs
+
+
+def fresh_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str | None = None,
+                 pristine: Inputs | None = None, *, take: bool = False
+                 ) -> tuple[Inputs, tuple[GuardedBuffer, GuardedBuffer] | None]:
+    """`prepare_inputs`, or, when `pristine` holds the case's inputs with the same canary as never given to
+    a lowering, a device copy of them (`take`: `pristine` itself, which the caller needs no more) with new
+    output buffers: the same bits as building them again (a case's build is deterministic on its device),
+    without the per-request work of a build."""
+    if pristine is None or pristine.case is not case or pristine.canary != (canary or opts.canary):
+        return prepare_inputs(lowering, case, opts, canary)
+    inputs = pristine if take else pristine.clone()
+    inputs.out = inputs.lse_out = None
     bufs = None
     if opts.check_output_buffers and writes_given_output(lowering):
         bufs = attach_output_buffers(inputs)

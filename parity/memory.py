@@ -163,7 +163,9 @@ class device_lease:
 
         index = torch.cuda.current_device()
         total = torch.cuda.get_device_properties(index).total_memory
-        need = footprint.run_bytes(self.case, hardening=self.opts.check_determinism)
+        o = self.opts
+        profiled = bool(o.profile_every) and self.case.seed % o.profile_every == 0
+        need = footprint.run_bytes(self.case, hardening=o.check_determinism, profiled=profiled)
         if need <= LARGE_SHARE * total:
             return self
         self.path = ledger_path(index)

@@ -20,6 +20,28 @@ mkdir -p /tmp/jit
 for pack in .fib/jit_cache*.tar.xz; do [ -f "$pack" ] && tar -C /tmp -xJf "$pack" && echo "installed $pack"; done
 python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
 STEPS=${STEPS:-tests,check,bench}
+# The GPU's own view while a step runs: every 500 ms, the share of the time a kernel of any process ran
+# (nvidia-smi's utilization.gpu) and the memory in use; `smi_stop` prints the mean, the median and the
+# share of samples at 90% or more.
+smi_start() { nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 > "/tmp/smi_$1.csv" & SMI_PID=$!; }
+smi_stop() {
+  kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null
+  python3 - "/tmp/smi_$1.csv" "$2" <<'EOF'
+import sys
+us, mem = [], []
+for row in open(sys.argv[1]):
+    try:
+        u, m = (float(x) for x in row.split(","))
+    except ValueError:
+        continue
+    us.append(u); mem.append(m)
+if us:
+    s = sorted(us)
+    print(f"== GPU utilization, {sys.argv[2]}: mean {sum(us) / len(us):.0f}%, median {s[len(s) // 2]:.0f}%, "
+          f"{100 * sum(u >= 90 for u in us) // len(us)}% of samples >= 90%; memory used up to {max(mem) / 1024:.1f} GiB "
+          f"({len(us)} samples, 500 ms apart)")
+EOF
+}
 if [[ $STEPS == *prewarm* ]]; then
   # JIT modules not in the installed packs, compiled PREWARM_JOBS at a time, then packed on their own
   # (the JIT cache holds only what this machine compiled) as $OUT/fi_aot_${PACK_NAME:-new}.tar.xz.
@@ -67,15 +89,59 @@ if [[ $STEPS == *sweep* ]]; then
     echo "== fast sweep pass $pass: check --jobs ${SWEEP_JOBS:-11} --warm-up --no-hardening --no-isolate --max-examples ${SWEEP_N:-500} ${SWEEP_EXTRA:-} (${#sl[@]} lowerings)"
     start=$(date +%s.%N)
     limit=${SWEEP_TIMEOUT:-240}; [ "$pass" != 1 ] && limit=${SWEEP_TIMEOUT_LATER:-$limit}
+    smi_start sweep$pass
     timeout -s INT -k 60 $limit python3 -m parity.cli check --device cuda --profile gpu --seed 3 \
       --max-examples ${SWEEP_N:-500} --jobs ${SWEEP_JOBS:-11} --warm-up --no-hardening --no-isolate ${SWEEP_EXTRA:-} \
       --report /tmp/sweep$pass "${largs[@]}" > "/tmp/sweep$pass.log" 2>&1
     echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
+    smi_stop sweep$pass "sweep pass $pass"
     grep -v "cases, .* unsupported, .* failed" "/tmp/sweep$pass.log" | grep -v "_warn_once\|UserWarning" | tail -60
     cp "/tmp/sweep$pass.log" /tmp/sweep$pass/sweep.log 2>/dev/null
     tar -C /tmp -czf "$OUT/sweep$pass.tgz" sweep$pass
     if [ "$pass" = 1 ] && [ -n "${PACK_AFTER_SWEEP:-}" ]; then python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot.tar.xz" || true; fi
   done
+fi
+if [[ $STEPS == *profile* ]]; then
+  # Where a case's time goes, function by function: each of PROFILE_LOWERINGS in its own `check` process
+  # under cProfile (the fast sweep's flags: --seed 3, no hardening, in process), all side by side as the
+  # sweep runs them, SIGINT at PROFILE_TIMEOUT; then PROFILE_ALONE by itself (no other process on the GPU).
+  # Each process's top functions (own time, then cumulative time of the project's own) land in
+  # $OUT/profile.txt, the raw pstats in $OUT/profile.tgz.
+  read -r -a pl <<< "${PROFILE_LOWERINGS:-context[flashinfer-fa2] decode_rows[flashinfer-tc] windowed_merge[flashinfer-eager] hybrid_paged}"
+  mkdir -p /tmp/prof
+  run_profiled() {  # $1 tag, $2 lowering, $3 seconds
+    timeout -s INT -k 30 "$3" python3 -m cProfile -o "/tmp/prof/$1.pstats" -m parity.cli check --device cuda --profile gpu \
+      --seed 3 --max-examples ${PROFILE_N:-500} --warm-up --no-hardening --no-isolate --lowering "$2" \
+      --report "/tmp/prof/$1" > "/tmp/prof/$1.log" 2>&1
+  }
+  smi_start profile
+  echo "== profile: ${#pl[@]} processes side by side, ${PROFILE_TIMEOUT:-150} s: ${pl[*]}"
+  i=0; pids=(); for l in "${pl[@]}"; do i=$((i+1)); run_profiled "side$i" "$l" ${PROFILE_TIMEOUT:-150} & pids+=($!); done
+  wait "${pids[@]}"
+  smi_stop profile "side by side"
+  if [ -n "${PROFILE_ALONE:-}" ]; then
+    echo "== profile: $PROFILE_ALONE alone, ${PROFILE_ALONE_TIMEOUT:-60} s"
+    smi_start alone
+    run_profiled alone "$PROFILE_ALONE" ${PROFILE_ALONE_TIMEOUT:-60}
+    smi_stop alone "$PROFILE_ALONE alone"
+  fi
+  python3 - "${pl[@]}" <<'EOF' > "$OUT/profile.txt" 2>&1
+import glob, io, pstats, re, sys
+for path in sorted(glob.glob("/tmp/prof/*.pstats")):
+    tag = path.split("/")[-1][:-7]
+    log = open(path[:-7] + ".log").read()
+    print(f"######## {tag}: " + " | ".join(l.strip() for l in log.splitlines() if re.search(r"time |cases in|lowering\(s\)", l)))
+    for order, n in (("tottime", 45), ("cumulative", 70)):
+        s = io.StringIO()
+        st = pstats.Stats(path, stream=s).sort_stats(order)
+        if order == "cumulative":
+            st.print_stats(r"(parity|oracle|lowerings|strategies)/", n)
+        else:
+            st.print_stats(n)
+        print("\n".join(l[:200] for l in s.getvalue().splitlines() if l.strip()))
+EOF
+  tar -C /tmp -czf "$OUT/profile.tgz" prof
+  echo "== profile written: $(wc -l < "$OUT/profile.txt") lines"
 fi
 if [[ $STEPS == *bench* ]]; then
   echo "== scripts/bench_triton.py"
