@@ -93,45 +93,52 @@ class Sdpa(TorchLoweringBase):
         return self._attend(inputs, with_lse=False)[0]
 
     def _attend(self, inputs: Inputs, *, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One SDPA call per request over its keys gathered from the pages, `[Hkv, L+K, D]`, each read once.
+        GQA by grouping the queries, not repeating the keys: each KV head attends with its `G` query heads'
+        `G*K` rows at once (`[Hkv, G*K, D]`, the mask repeated per head), so no `G`-fold copy of K/V is made
+        or read (on the H200 the repeated K/V were the largest share of a production case's GPU time:
+        docs/gpu/2026-12-02-h200-session10.md). Every row is computed on its own either way."""
         c = inputs.case
         ps, K, D = c.page_size, c.block_size, c.head_dim
-        G = c.group_size
+        G, Hkv = c.group_size, c.num_kv_heads
+        dev, dt = inputs.device, inputs.q.dtype
         outs, lses = [], []
         for b, L in enumerate(inputs.context_lens_host):
-            t = torch.arange(L, device=inputs.device)
+            T = L + K
+            t = torch.arange(L, device=dev)
             pid = inputs.page_table[b].to(torch.long)[t // ps]
-            k_ctx = paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, inputs.q.dtype)
-            v_ctx = paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, inputs.q.dtype)
-            k = torch.cat([k_ctx, inputs.k_block[b]]).transpose(0, 1)  # [Hkv, T, D]
-            v = torch.cat([v_ctx, inputs.v_block[b]]).transpose(0, 1)
-            q = inputs.q[b].transpose(0, 1)  # [Hq, K, D]
-            pos = L + torch.arange(K, device=inputs.device).view(-1, 1)
-            tt = torch.arange(L + K, device=inputs.device).view(1, -1)
+            k = torch.empty((T, Hkv, D), dtype=dt, device=dev)
+            v = torch.empty((T, Hkv, D), dtype=dt, device=dev)
+            k[:L] = paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, dt)
+            v[:L] = paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, dt)
+            k[L:], v[L:] = inputs.k_block[b], inputs.v_block[b]
+            k, v = k.transpose(0, 1), v.transpose(0, 1)  # [Hkv, T, D] views
+            q = inputs.q[b].transpose(0, 1).reshape(Hkv, G * K, D)  # query head h*G + g, row i -> row g*K + i
+            pos = L + torch.arange(K, device=dev).view(-1, 1)
+            tt = torch.arange(T, device=dev).view(1, -1)
             left, right = c.window
-            mask = torch.ones((K, L + K), dtype=torch.bool, device=inputs.device)
+            mask = torch.ones((K, T), dtype=torch.bool, device=dev)
             if left != -1:
                 mask &= tt >= pos - left
             if right != -1:
                 mask &= tt <= pos + right
+            mask = mask.repeat(G, 1)  # [G*K, T]: the same keys for each query head of a KV head
             counters.record("torch.sdpa")
-            # All heads at once ([Hq, T, D] K/V, GQA repeated), or one KV head's query group at a time past
-            # SDPA_GROUPED_ELEMENTS (the same values: each head's attention is computed on its own).
-            groups = [(0, c.num_kv_heads)] if c.num_q_heads * (L + K) * D <= SDPA_GROUPED_ELEMENTS else \
-                [(h, h + 1) for h in range(c.num_kv_heads)]
+            # All KV heads at once, or one at a time past SDPA_GROUPED_ELEMENTS (the same values: each head's
+            # attention is computed on its own).
+            groups = [(0, Hkv)] if c.num_q_heads * T * D <= SDPA_GROUPED_ELEMENTS else [(h, h + 1) for h in range(Hkv)]
             o_parts, lse_parts = [], []
             for h0, h1 in groups:
-                kh = k[h0:h1].repeat_interleave(G, 0)  # [(h1 - h0) * G, T, D]
-                vh = v[h0:h1].repeat_interleave(G, 0)
-                qh = q[h0 * G:h1 * G]
+                qh, kh, vh = q[h0:h1], k[h0:h1], v[h0:h1]
                 o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=c.softmax_scale))
                 if with_lse:
                     s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * c.softmax_scale
                     lse_parts.append(torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1))
                     del s
-                del kh, vh
-            outs.append(torch.cat(o_parts).transpose(0, 1))
+            o = torch.cat(o_parts).view(Hkv, G, K, D).reshape(c.num_q_heads, K, D)
+            outs.append(o.transpose(0, 1))
             if with_lse:
-                lses.append(torch.cat(lse_parts).transpose(0, 1))
+                lses.append(torch.cat(lse_parts).view(c.num_q_heads, K).transpose(0, 1))
         return torch.stack(outs), (torch.stack(lses) if with_lse else None)
 
 

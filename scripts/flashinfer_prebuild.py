@@ -6,9 +6,11 @@ needed, no driver), so that the GPU's minutes are not spent compiling them.
 
 It builds what the project's flashinfer adapters load under the `gpu` profile's limits (flashinfer 0.7.x):
 the page (append) and cascade (merge_state) modules; per head dim, query dtype (bf16, fp16) and KV dtype
-(the query's, fp8 e4m3): the batch decode module and the fa2 paged-prefill module with and without a
-sliding window; per head dim and query dtype: the fa3 module with and without a window (fa3 has no fp8-KV
-kernel for bf16/fp16 queries). Each module is one line: its name and the seconds it took, or why it failed;
+(the query's, fp8 e4m3): the batch decode module and the fa2 paged-prefill module, each with and without
+a sliding window (the windowed merges' decode rows take one: without them in a pack, the H200 compiled
+them at the merges' warm-up, 12-19 s each, 128 s per process: docs/gpu/2026-12-02-h200-session10.md);
+per head dim and query dtype: the fa3 module with and without a window (fa3 has no fp8-KV kernel for
+bf16/fp16 queries). Each module is one line: its name and the seconds it took, or why it failed;
 exit 1 if one failed. A module already in flashinfer's JIT cache takes no time; one installed from a pack
 (flashinfer_aot.py install) is not rebuilt.
 
@@ -85,7 +87,9 @@ def specs(head_dims: tuple[int, ...]):
         for q in (torch.bfloat16, torch.float16):
             for kv in (q, fp8):
                 dt = short[q] + ("" if kv == q else "/" + short[kv])
-                out.append((f"decode {dt} D={D}", M.gen_batch_decode_module(q, kv, q, i32, D, D, 0, False, False)))
+                for win in (False, True):  # windowed: the windowed merges' part A (decode rows with window_left)
+                    out.append((f"decode {dt} D={D}" + (" window" if win else ""),
+                                M.gen_batch_decode_module(q, kv, q, i32, D, D, 0, win, False)))
                 for win in (False, True):
                     out.append((f"fa2 {dt} D={D} {'window' if win else 'no-window'}",
                                 prefill._gen_batch_prefill_primary_module("fa2", q, kv, q, i32, D, D, 0, win, False, False)))
