@@ -9,6 +9,7 @@ isolation, kernel names: `parity.hardening`). A case whose oracle is not finite 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import math
 import time
 
@@ -27,6 +28,11 @@ from parity.judge import Comparison, compare
 from parity.policy import Policy, Tolerance, ToleranceSource
 from parity.outcome import INVALID, PHASES, CaseOutcome  # noqa: F401  (PHASES: re-exported)
 
+phase_barrier: Callable[[], None] | None = None
+"""Called at the end of every phase when set (`scripts/gpu_phase_profile.py` sets `torch.cuda.synchronize`, so
+that a phase's wall seconds include the device work it queued rather than leaving it to the next phase)."""
+
+
 class _Phase:
     """`with _Phase(outcome, "oracle"): ...` adds the block's wall seconds to `outcome.phases`."""
 
@@ -37,6 +43,8 @@ class _Phase:
         self.t0 = time.perf_counter()
 
     def __exit__(self, *exc) -> None:
+        if phase_barrier is not None:
+            phase_barrier()
         dt = time.perf_counter() - self.t0
         self.outcome.phases[self.name] = self.outcome.phases.get(self.name, 0.0) + dt
 

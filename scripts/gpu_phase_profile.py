@@ -2,7 +2,9 @@
 
     python scripts/gpu_phase_profile.py [--cases N] [--kernel-cases M] [--seed S] LOWERING [LOWERING ...]
 
-For each lowering, alone on the GPU (run it when nothing else uses the device):
+First the profiler's start-up (CUPTI, seconds, once per process), timed on its own so that the first
+lowering's kernel-names phase does not carry it. Then for each lowering, alone on the GPU (run it when
+nothing else uses the device):
 
 1. N cases of `check --device cuda --profile gpu --seed S --no-hardening --no-isolate --warm-up`, with
    `torch.cuda.synchronize()` at the end of every phase of `parity.case_run`: each phase's seconds then
@@ -23,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -52,19 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_phase_profile: no CUDA device visible to torch", file=sys.stderr)
         return 2
-    plain_exit = case_run._Phase.__exit__
-
-    def synced_exit(self, *exc):
+    # The profiler's first use in a process starts CUPTI (seconds, once per process): paid here, before
+    # the first lowering, so that its kernel-names phase holds what every sampled case costs.
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]):
         torch.cuda.synchronize()
-        return plain_exit(self, *exc)
-
+    print(f"== the profiler's start-up, once per process: {time.perf_counter() - t0:.2f} s (not charged to any phase)")
     tmp = tempfile.mkdtemp(prefix="phase-profile-")
     for name in args.lowering:
-        case_run._Phase.__exit__ = synced_exit
+        case_run.phase_barrier = torch.cuda.synchronize
         try:
             entry = _check(name, args.cases, args.seed, os.path.join(tmp, "synced"))
         finally:
-            case_run._Phase.__exit__ = plain_exit
+            case_run.phase_barrier = None
         phases = entry.get("phase_seconds") or {}
         cases = entry.get("cases", 0)
         total = sum(phases.values()) or 1.0
