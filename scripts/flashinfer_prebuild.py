@@ -7,8 +7,8 @@ needed, no driver), so that the GPU's minutes are not spent compiling them.
 It builds what the project's flashinfer adapters load under the `gpu` profile's limits (flashinfer 0.7.x):
 the page (append) and cascade (merge_state) modules; per head dim, query dtype (bf16, fp16) and KV dtype
 (the query's, fp8 e4m3): the batch decode module and the fa2 paged-prefill module, each with and without
-a sliding window (the windowed merges' decode rows take one: without them in a pack, the H200 compiled
-them at the merges' warm-up, 12-19 s each, 128 s per process: docs/gpu/2026-12-02-h200-session10.md);
+a sliding window (the windowed merges' decode rows take one: without them in a pack, each process of a
+sweep compiles them, or waits on another's compile, at the merges' warm-up);
 per head dim and query dtype: the fa3 module with and without a window (fa3 has no fp8-KV kernel for
 bf16/fp16 queries). Each module is one line: its name and the seconds it took, or why it failed;
 exit 1 if one failed. A module already in flashinfer's JIT cache takes no time; one installed from a pack
@@ -22,7 +22,9 @@ with other work, 2026-12-01): page 105 s, cascade 34 s, decode 17-59 s, fa2 78-2
 (docs/gpu/2026-12-01-h200-session7.md). The fa3 modules need cuRAND's headers (cutlass
 includes `curand_kernel.h`): without them in the toolkit, `pip install nvidia-curand` and they are found;
 a fa3 module took 350-519 s on the same 2-core machine (922 s beside other work): all 34 modules in about
-96 minutes, part of it beside other work (docs/gpu/2026-12-02-h200-session8.md).
+96 minutes, part of it beside other work (docs/gpu/2026-12-02-h200-session8.md). The 34 page, cascade,
+decode and fa2 modules, windowed decode included, `--jobs 2` on the idle 2-core machine: 1,491 s (page 39 s,
+cascade 18 s, decode 33-41 s, fa2 128-159 s; docs/gpu/runs/35-prebuild-cpu.log).
 """
 
 from __future__ import annotations
