@@ -292,7 +292,7 @@ def test_the_report_records_what_was_checked(runs, plugins):
     b = pol["bounds"][LOWERING]["bfloat16"]["out_max_ulp"]
     assert b == {"value": 8.0, "source": "defaults.bfloat16", "reason": b["reason"]} and "seed 002" in b["reason"]
     over = pol["overrides"]['kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16']  # the measured fa2 entry
-    assert over["values"] == {"lse_abs": 2e-3, "lse_rel": 2.5e-3} and "fa2" in over["reason"] and over["measured_in"]
+    assert over["values"] == {"lse_abs": 2e-3, "lse_rel": 2.5e-3, "yardstick_floor_ulp": 4.5} and "fa2" in over["reason"] and over["measured_in"]
     assert data["plugins"] == [{"path": str(plugins["good"].resolve()),
                                 "sha256": hashlib.sha256(plugins["good"].read_bytes()).hexdigest()}]
     v = data["lowerings"][LOWERING]
