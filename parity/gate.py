@@ -234,12 +234,13 @@ def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults
             if ceiling is not None and dtype in ceiling.per_dtype and float(val) > ceiling.per_dtype[dtype]:
                 out.append(Problem("loose-bounds", f"`{entry}` {key} = {float(val):g} is past the sanity ceiling "
                                                    f"{ceiling.per_dtype[dtype]:g} ({ceiling.reason})"))
-            if before is not None:
-                old, against = before.get(key), "the baseline's same entry"
-                old = None if old is None else float(old)
-            else:
+            if before is not None and key in before:
+                old, against = float(before[key]), "the baseline's same entry"
+            else:  # a new entry, or a key the baseline's entry left to the defaults
                 b = base_defaults.get(dtype, {}).get(key)
-                old, against = (None if b is None else float(b.get("value", 0.0))), "the baseline's defaults (a new kernel entry)"
+                old = None if b is None else float(b.get("value", 0.0))
+                against = ("the baseline's defaults (a new kernel entry)" if before is None
+                           else "the baseline's defaults (a key new to this kernel entry)")
             if old is not None and float(val) > old:
                 out.append(Problem("looser-bounds", f"`{entry}` {key} got looser: {old:g} ({against}) -> {float(val):g} "
                                                     f"({e.get('reason') or 'no reason given'})"))

@@ -167,6 +167,10 @@ def _kernel_entry_looser(r):
     r["policy"]["overrides"][FA2]["values"]["lse_abs"] = 0.04  # under the ceiling, 20x the measured bound
 
 
+def _kernel_entry_new_key(r):
+    r["policy"]["overrides"][FA2]["values"]["out_rel_l2"] = 0.05  # a key the baseline's entry left to the defaults
+
+
 def _kernel_entry_new(r):
     r["policy"]["overrides"]['kernel."my_kernel".bfloat16'] = {"values": {"out_max_ulp": 30.0}, "reason": "measured",
                                                              "measured_in": []}
@@ -198,6 +202,8 @@ GATE_ROWS = [
      ["--accept", "gate-settings"], 1, "**margin-growth**"),
     ("kernel entry loosened (it sets the bounds of whichever cases ran that kernel)", "again", _kernel_entry_looser,
      None, [], 1, "lse_abs got looser: 0.002 (the baseline's same entry)"),
+    ("a key added to a kernel entry, looser than the defaults", "again", _kernel_entry_new_key, None, [], 1,
+     "out_rel_l2 got looser: 0.01 (the baseline's defaults (a key new to this kernel entry))"),
     ("new kernel entry looser than the defaults", "again", _kernel_entry_new, None, [], 1,
      "out_max_ulp got looser: 8 (the baseline's defaults (a new kernel entry))"),
     ("checked 1 case where the baseline checked 6", "again", _fewer, None, [], 1, "**fewer-cases**"),
