@@ -7,7 +7,8 @@ the fp32 oracle; the yardstick (`sdpa`: torch SDPA in the working dtype); every 
 (on CUDA, e.g. `context[flashinfer-fa2]`); and three models of a flash kernel's arithmetic, each exact
 in fp32 but for the one rounding it names:
 - `P rounded`: the probabilities `exp(s - m)` relative to the row's max rounded to the working dtype
-  before `P @ V` (a flash kernel's tensor-core product), the denominator summed from the unrounded ones;
+  before `P @ V` (a flash kernel's tensor-core product), the denominator summed from the unrounded ones
+  (what `lowerings.paged.attend`, the torch `context` lowering, computes: `--lowering context` agrees);
 - `P rounded, tiles of 128`: the same with the running max of 128-key tiles, as a kernel sees them;
 - `scores rounded`: the scores `scale * q.k` rounded to the working dtype before the softmax;
 - `scores off by 2^-15`: each score multiplied by `1 + 2^-15 n` (n standard normal, seeded): a kernel
