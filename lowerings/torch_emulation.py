@@ -22,6 +22,7 @@ from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
 from oracle.rules import DECODE_ROWS_MAX_BATCH, context_window_reason, decode_rows_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
+from parity import footprint
 
 SDPA_GROUPED_ELEMENTS = 1 << 26  # past this many K elements (Hq x T x D), sdpa runs one KV head's group at a time
 CPU_PRODUCTION_CONTEXT = 8192  # the torch lowerings' longest drawn context on a CPU (strategies._production)
@@ -70,7 +71,7 @@ def _append_calls(case: Case) -> dict[str, int]:
 
 
 class Sdpa(TorchLoweringBase):
-    """torch SDPA in the working dtype over gathered pages, one call per request (the yardstick)."""
+    """torch SDPA in the working dtype over gathered pages, requests batched (the yardstick)."""
 
     name = "sdpa"
     lse_base = BASE_E
@@ -80,7 +81,7 @@ class Sdpa(TorchLoweringBase):
     reads_inputs_only = True
 
     def expected_calls(self, case: Case) -> dict[str, int]:
-        return {"torch.sdpa": case.batch_size}
+        return {"torch.sdpa": len(sdpa_batches(case))}
 
     def run(self, inputs: Inputs) -> LoweringResult:
         out, lse = self._attend(inputs, with_lse=True)
@@ -93,54 +94,111 @@ class Sdpa(TorchLoweringBase):
         return self._attend(inputs, with_lse=False)[0]
 
     def _attend(self, inputs: Inputs, *, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One SDPA call per request over its keys gathered from the pages, `[Hkv, L+K, D]`, each read once.
-        GQA by grouping the queries, not repeating the keys: each KV head attends with its `G` query heads'
-        `G*K` rows at once (`[Hkv, G*K, D]`, the mask repeated per head), so no `G`-fold copy of K/V is made
-        or read (on the H200 the yardstick phase went from 10.9-13.9 to 8.8-11.3 ms per production case,
-        with the other host-work changes of that commit range: docs/gpu/2026-12-02-h200-session11.md
-        run 36). Every row is computed on its own either way."""
+        """One SDPA call per batch of requests (`sdpa_batches`) over their keys gathered from the pages,
+        `[n, Hkv, T, D]` (T: the batch's longest `L+K`; a shorter request's keys past its own `L+K` are
+        zeros its mask hides), each key read once. GQA by grouping the queries, not repeating the keys:
+        each KV head attends with its `G` query heads' `G*K` rows at once (`[n, Hkv, G*K, D]`), so no
+        `G`-fold copy of K/V is made or read. Every row is computed on its own either way: a batch of
+        requests is the per-request computation with masked keys added, which add exact zeros.
+        Batched because a case is host-bound on a GPU: one request at a time cost about 25 launches
+        per request (B up to 64 in the `gpu` profile)."""
         c = inputs.case
-        ps, K, D = c.page_size, c.block_size, c.head_dim
-        G, Hkv = c.group_size, c.num_kv_heads
-        dev, dt = inputs.device, inputs.q.dtype
-        outs, lses = [], []
-        for b, L in enumerate(inputs.context_lens_host):
-            T = L + K
-            t = torch.arange(L, device=dev)
-            pid = inputs.page_table[b].to(torch.long)[t // ps]
-            k = torch.empty((T, Hkv, D), dtype=dt, device=dev)
-            v = torch.empty((T, Hkv, D), dtype=dt, device=dev)
-            k[:L] = paged.read_pool(inputs.k_pool, pid, t % ps, c.layout, c.k_scale, dt)
-            v[:L] = paged.read_pool(inputs.v_pool, pid, t % ps, c.layout, c.v_scale, dt)
-            k[L:], v[L:] = inputs.k_block[b], inputs.v_block[b]
-            k, v = k.transpose(0, 1), v.transpose(0, 1)  # [Hkv, T, D] views
-            q = inputs.q[b].transpose(0, 1).reshape(Hkv, G * K, D)  # query head h*G + g, row i -> row g*K + i
-            pos = L + torch.arange(K, device=dev).view(-1, 1)
-            tt = torch.arange(T, device=dev).view(1, -1)
-            left, right = c.window
-            mask = torch.ones((K, T), dtype=torch.bool, device=dev)
-            if left != -1:
-                mask &= tt >= pos - left
-            if right != -1:
-                mask &= tt <= pos + right
-            mask = mask.repeat(G, 1)  # [G*K, T]: the same keys for each query head of a KV head
+        B, K, Hq, D = inputs.q.shape
+        out = torch.empty((B, K, Hq, D), dtype=inputs.q.dtype, device=inputs.device)
+        lse = torch.empty((B, K, Hq), dtype=torch.float32, device=inputs.device) if with_lse else None
+        for rows in sdpa_batches(c):
             counters.record("torch.sdpa")
-            # All KV heads at once, or one at a time past SDPA_GROUPED_ELEMENTS (the same values: each head's
-            # attention is computed on its own).
-            groups = [(0, Hkv)] if c.num_q_heads * T * D <= SDPA_GROUPED_ELEMENTS else [(h, h + 1) for h in range(Hkv)]
-            o_parts, lse_parts = [], []
-            for h0, h1 in groups:
-                qh, kh, vh = q[h0:h1], k[h0:h1], v[h0:h1]
-                o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=c.softmax_scale))
+            o, l = _sdpa_batch(inputs, rows, with_lse=with_lse)
+            if rows == list(range(B)):  # the whole batch in order: no scatter
+                out.copy_(o)
                 if with_lse:
-                    s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * c.softmax_scale
-                    lse_parts.append(torch.logsumexp(s.masked_fill(~mask, float("-inf")), dim=-1))
-                    del s
-            o = torch.cat(o_parts).view(Hkv, G, K, D).reshape(c.num_q_heads, K, D)
-            outs.append(o.transpose(0, 1))
+                    lse.copy_(l)
+                continue
+            at = torch.tensor(rows).to(inputs.device, non_blocking=True)
+            out.index_copy_(0, at, o)
             if with_lse:
-                lses.append(torch.cat(lse_parts).view(c.num_q_heads, K).transpose(0, 1))
-        return torch.stack(outs), (torch.stack(lses) if with_lse else None)
+                lse.index_copy_(0, at, l)
+        return out, lse
+
+
+SDPA_BATCH_KEYS = footprint.SDPA_BATCH_KEYS  # a batch of the yardstick: at most max(this, the longest L+K) padded keys
+
+
+def sdpa_batches(case: Case) -> list[list[int]]:
+    """The yardstick's batches of requests: by decreasing `L+K` (ties in batch order), each batch of `n`
+    requests padded to its first's `T = L+K`, with `n * T <= max(SDPA_BATCH_KEYS, the case's longest L+K)`:
+    the padded keys of a batch never exceed the longest request's alone by more than `SDPA_BATCH_KEYS`
+    (`parity.footprint.yardstick_bytes`), and a case of short requests is one batch."""
+    K = case.block_size
+    T = [L + K for L in case.context_lens]
+    budget = max(SDPA_BATCH_KEYS, max(T, default=K))
+    batches: list[list[int]] = []
+    for b in sorted(range(len(T)), key=lambda b: (-T[b], b)):
+        if batches and (len(batches[-1]) + 1) * T[batches[-1][0]] <= budget:
+            batches[-1].append(b)
+        else:
+            batches.append([b])
+    return batches
+
+
+def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
+    """SDPA over requests `rows` (decreasing `L+K`): out `[n, K, Hq, D]`, LSE `[n, K, Hq]` fp32 base e or None.
+    The keys are gathered straight into `[n, Hkv, T, D]`; each (request, KV head) is one item of a 3-D SDPA
+    call `[n*Hkv, G*K, D]`, as each KV head of one request was before batching (the same torch kernel)."""
+    c = inputs.case
+    ps, K, D, G, Hkv = c.page_size, c.block_size, c.head_dim, c.group_size, c.num_kv_heads
+    dev, dt = inputs.device, inputs.q.dtype
+    n = len(rows)
+    lens_host = [inputs.context_lens_host[b] for b in rows]
+    T = lens_host[0] + K
+    whole = rows == list(range(c.batch_size))
+    idx = None if whole else torch.tensor(rows).to(dev, non_blocking=True)
+    pick = (lambda x: x) if whole else (lambda x: x.index_select(0, idx))
+    L = torch.tensor(lens_host).to(dev, non_blocking=True).view(n, 1)
+    t = torch.arange(T, device=dev).view(1, T)
+    ctx = t < L                                                      # [n, T]: a context key of its row
+    table = pick(inputs.page_table).to(torch.long)
+    pid = torch.where(ctx, torch.gather(table, 1, (t // ps).clamp(max=table.shape[1] - 1).expand(n, T)), 0)
+    pid, slot, h = pid.view(n, 1, T), (t % ps).view(1, 1, T), torch.arange(Hkv, device=dev).view(1, Hkv, 1)
+    # The block's keys sit right after each row's context, at L_b .. L_b+K-1; keys past L_b+K are padding.
+    bi = torch.arange(n).repeat_interleave(K).tolist()
+    bt = [L_b + j for L_b in lens_host for j in range(K)]
+    bi, bt = (torch.tensor(x).to(dev, non_blocking=True) for x in (bi, bt))
+    pad = ~(t < L + K)
+    kv = []
+    for pool, blk, sc in ((inputs.k_pool, inputs.k_block, c.k_scale), (inputs.v_pool, inputs.v_block, c.v_scale)):
+        x = pool[pid, slot, h] if c.layout == "NHD" else pool[pid, h, slot]  # [n, Hkv, T, D]
+        x = (x.float() * sc).to(dt) if x.dtype == paged.FP8 else x
+        x[bi, :, bt] = pick(blk).reshape(n * K, Hkv, D)
+        x.masked_fill_(pad.view(n, 1, T, 1), 0)  # padding: zeros, never a canary (NaN * 0 is NaN)
+        kv.append(x)
+    k, v = kv
+    q = pick(inputs.q).transpose(1, 2).reshape(n, Hkv, G * K, D)  # query head h*G + g, row i -> row g*K + i
+    pos = L.view(n, 1, 1) + torch.arange(K, device=dev).view(1, K, 1)  # [n, K, 1]
+    tt = t.view(1, 1, T)
+    mask = (tt < L.view(n, 1, 1) + K).expand(n, K, T)
+    left, right = c.window
+    if left != -1:
+        mask = mask & (tt >= pos - left)
+    if right != -1:
+        mask = mask & (tt <= pos + right)
+    mask = mask.repeat(1, G, 1).unsqueeze(1)  # [n, 1, G*K, T]: the same keys for each query head of a KV head
+    # All KV heads at once, or one at a time past SDPA_GROUPED_ELEMENTS (the same values: each head's
+    # attention is computed on its own).
+    heads = [(0, Hkv)] if n * c.num_q_heads * T * D <= SDPA_GROUPED_ELEMENTS else [(h, h + 1) for h in range(Hkv)]
+    o_parts, lse_parts = [], []
+    for h0, h1 in heads:
+        m = h1 - h0
+        qh, kh, vh = (x[:, h0:h1].reshape(n * m, -1, D) for x in (q, k, v))
+        mh = mask.expand(n, m, G * K, T).reshape(n * m, G * K, T)
+        o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mh, scale=c.softmax_scale).view(n, m, G * K, D))
+        if with_lse:
+            s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * c.softmax_scale
+            lse_parts.append(torch.logsumexp(s.masked_fill(~mh, float("-inf")), dim=-1).view(n, m, G * K))
+            del s
+    o = torch.cat(o_parts, dim=1).view(n, Hkv, G, K, D).reshape(n, c.num_q_heads, K, D).transpose(1, 2)
+    lse = torch.cat(lse_parts, dim=1).view(n, c.num_q_heads, K).transpose(1, 2) if with_lse else None
+    return o, lse
 
 
 class Context(TorchLoweringBase):

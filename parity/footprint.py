@@ -24,6 +24,7 @@ HARDENED_INPUT_SETS = 5  # inputs, the untouched-input snapshot, the other canar
 PLAIN_INPUT_SETS = 1  # the inputs (the `sdpa` yardstick reads them in place: parity.case_run.run_yardstick)
 LOWERING_COPIES = 1
 ORACLE_CHUNK = 2048  # oracle.reference.DEFAULT_CHUNK (not imported: this module imports no torch)
+SDPA_BATCH_KEYS = 1 << 13  # lowerings.torch_emulation.SDPA_BATCH_KEYS (the same reason)
 GIB = 1 << 30
 
 
@@ -77,10 +78,11 @@ def oracle_bytes(case: Shape) -> int:
 
 
 def yardstick_bytes(case: Shape) -> int:
-    """The `sdpa` yardstick's working set for its longest request (it runs one request at a time, one
-    KV head's query group at a time past `lowerings.torch_emulation.SDPA_GROUPED_ELEMENTS`)."""
+    """The `sdpa` yardstick's working set: one batch of requests (`lowerings.torch_emulation.sdpa_batches`:
+    at most `max(SDPA_BATCH_KEYS, the longest L+K)` padded keys in all), one KV head's query group at a time
+    past `lowerings.torch_emulation.SDPA_GROUPED_ELEMENTS`."""
     c = case
-    T = c.max_keys
+    T = max(c.max_keys, SDPA_BATCH_KEYS)
     dt = _SIZE[c.dtype]
     gathered = 4 * T * c.num_kv_heads * c.head_dim * dt  # context K/V read from the pool, then with the block
     per_group = c.group_size * T * (2 * c.head_dim * (dt + 4) + 3 * c.block_size * 4)
