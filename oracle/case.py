@@ -16,9 +16,11 @@ from typing import Any
 from oracle.errors import InvalidInput
 
 # Format 2: each request's values from streams of its own (oracle/values.py), `values`, `value_keys`.
-# Format 1 (one generator for the whole batch) is still read and replays bit for bit.
-CASE_FORMAT_VERSION = 2
-READ_FORMAT_VERSIONS = (1, 2)
+# Format 3: format 2's fields and host-build values; the device build on CUDA draws each stream counter-based,
+# a few kernel launches for the whole case (oracle/_device_values.py) instead of one per block of positions.
+# Formats 1 (one generator for the whole batch) and 2 are still read and replay bit for bit.
+CASE_FORMAT_VERSION = 3
+READ_FORMAT_VERSIONS = (1, 2, 3)
 
 DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
@@ -182,7 +184,7 @@ class Case(BatchShape):
             raise InvalidInput(f"{source}: {unknown[0]}", f"unknown case field; known fields: {', '.join(sorted(known - {'version'}))}")
         if version == 1 and {"values", "value_keys"} & set(data):
             raise InvalidInput(f"{source}: {sorted({'values', 'value_keys'} & set(data))[0]}",
-                               "not a field of case format 1 (a version 2 case has it)")
+                               "not a field of case format 1 (a version 2 or 3 case has it)")
         missing = sorted(f.name for f in dataclasses.fields(cls)
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data)
         if missing:

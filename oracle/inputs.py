@@ -125,7 +125,7 @@ def _dequantize(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x.float() * scale if x.dtype == TORCH_DTYPES["float8_e4m3fn"] else x.float()
 
 
-BUILDS = ("auto", "host", "device")
+BUILDS = ("auto", "host", "device", "counter")
 
 
 def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str = "nan", build: str = "auto") -> Inputs:
@@ -136,7 +136,10 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
     request at a time (nothing of the pool's size crosses from the host; on CUDA the values differ from
     the host build's but are just as deterministic on that device type; on the CPU the two builds draw
     the same values, only the NaN canary's bits differ); `"auto"` (default) is `"device"` on CUDA and
-    `"host"` on CPU. Either way the values do not depend on the pages, layout or block storage.
+    `"host"` on CPU. Either way the values do not depend on the pages, layout or block storage. A format 3
+    case's device build on CUDA draws counter-based (`oracle._device_values`: a few kernel launches for the
+    whole case, other values than the host build's); `"counter"` runs that build on any device (on a CPU
+    under Triton's interpreter: how the CPU tests check it).
     """
     try:
         device = torch.device(device)
@@ -148,15 +151,20 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         raise InvalidInput("canary", f"one of {CANARIES}, got {canary!r}")
     if build not in BUILDS:
         raise InvalidInput("build", f"one of {BUILDS}, got {build!r}")
-    on_device = build == "device" or (build == "auto" and device.type == "cuda")
+    if build == "counter" and case.version < 3:
+        raise InvalidInput("build", f"'counter' is case format 3's device build; this case is format {case.version}")
+    on_device = build in ("device", "counter") or (build == "auto" and device.type == "cuda")
     where = device if on_device else torch.device("cpu")
     c = case
     # Page table: owned pages in order, then a spare page (or page 0 when the pool has none); columns
     # past a padded view hold ids far outside the pool, so reading through the row stride shows. Built
     # first: its rows are where each request's values go (one host-to-device copy for the whole case).
     table = _page_table(c, where)
-    q, k_pool, v_pool, k_block, v_block = _assemble(
-        c, where, canary, case_values(c, where, host_order=not on_device), host=not on_device, table=table)
+    if build == "counter" or (on_device and where.type == "cuda" and c.version >= 3):
+        q, k_pool, v_pool, k_block, v_block = _assemble_counter(c, where, canary, table)
+    else:
+        q, k_pool, v_pool, k_block, v_block = _assemble(
+            c, where, canary, case_values(c, where, host_order=not on_device), host=not on_device, table=table)
     return Inputs(
         case=c, q=q.to(device), k_pool=k_pool.to(device), v_pool=v_pool.to(device),
         page_table=table.to(device),
@@ -164,6 +172,29 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
         context_lens_host=tuple(c.context_lens), k_block=k_block.to(device), v_block=v_block.to(device),
         canary=canary,
     )
+
+
+def _assemble_counter(c: Case, device: torch.device, canary: str, table: torch.Tensor):
+    """`(q, k_pool, v_pool, k_block, v_block)` of format 3's device build: the pools hold the canary, then
+    `oracle._device_values.draw` writes every request's streams (a few kernel launches in all); a block the
+    case stores in the pool is appended there in one write per pool."""
+    from oracle import _device_values
+
+    kvdt = torch_dtype(c.kv_dtype)
+    B, K, Hkv, D, ps = c.batch_size, c.block_size, c.num_kv_heads, c.head_dim, c.page_size
+    shape = (c.num_pages, ps, Hkv, D) if c.layout == "NHD" else (c.num_pages, Hkv, ps, D)
+    k_pool, v_pool = (_filled(shape, canary_value(canary, kvdt), kvdt, device) for _ in range(2))
+    q, k_block, v_block = _device_values.draw(c, device, table, k_pool, v_pool)
+    if c.block_storage == "appended" and B and K:
+        at = [(c.pages[b][(L + j) // ps], (L + j) % ps) for b, L in enumerate(c.context_lens) for j in range(K)]
+        pid, slot = torch.tensor(at, dtype=torch.long).t().to(device, non_blocking=True)
+        for pool, blk, scale in ((k_pool, k_block, c.k_scale), (v_pool, v_block, c.v_scale)):
+            val = _quantize(blk.reshape(B * K, Hkv, D).float(), kvdt, scale)
+            if c.layout == "NHD":
+                pool[pid, slot] = val
+            else:
+                pool[pid, :, slot] = val
+    return q, k_pool, v_pool, k_block, v_block
 
 
 def _page_table(c: Case, device: torch.device) -> torch.Tensor:

@@ -118,7 +118,7 @@ def test_unknown_json_field():
     assert "soft_cap" in ei.value.where and "unknown" in ei.value.rule
 
 
-@pytest.mark.parametrize("version", [0, 3, None, "1", True, 1.5])
+@pytest.mark.parametrize("version", [0, 4, None, "1", True, 1.5])
 def test_wrong_version(version):
     d = _json_dict()
     if version is None:
