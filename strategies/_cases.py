@@ -132,6 +132,10 @@ def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limit
     return dataclasses.replace(limits or Limits(), **overrides)
 
 
+# The strategy builders below are cached: `_case_params` asks for them per draw (per request, for the lengths),
+# and building a hypothesis strategy costs more than drawing from it (its validation walks the whole tree:
+# 63% of a `gpu`-profile draw was building these, scripts/bench_draw.py). A cached one draws the same choices.
+@functools.lru_cache(maxsize=256)
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
     """Half the draws from 1, 2, the dispatch threshold and +1, the lowering's maximum, 3, 5; half any
     integer, listed first so that a batch size shrinks as an integer (one request at a time, to the
@@ -140,6 +144,7 @@ def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
     return st.one_of(st.integers(1, limits.max_batch), st.sampled_from(list(dict.fromkeys(special))))
 
 
+@functools.lru_cache(maxsize=1024)
 def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
     """Half the draws from 0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the
     window +-1; half any length (listed first: a length shrinks as an integer, to the shortest that still
@@ -153,6 +158,7 @@ def context_length(page_size: int, window: int | None, limits: Limits = Limits()
     return st.one_of(tail, st.sampled_from(special))
 
 
+@functools.lru_cache(maxsize=64)
 def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
     """(kind, W): W in {1, 2, K-1, K, K+1} first, then larger (beyond the context too)."""
     ws = [w for w in dict.fromkeys((1, 2, block_size - 1, block_size, block_size + 1)) if w >= 1]
@@ -164,6 +170,13 @@ def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
 VALUE_KEYS = st.integers(0, 2**16)
 
 
+@functools.lru_cache(maxsize=1024)
+def request_draws(page_size: int, window: int | None, limits: Limits) -> st.SearchStrategy[tuple[int, int]]:
+    """One request's `(context length, value key)`, drawn together (one span: shrinking deletes both)."""
+    return st.tuples(context_length(page_size, window, limits), VALUE_KEYS)
+
+
+@functools.lru_cache(maxsize=256)
 def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
     """The value regime: `plain` in about half the cases (and first: shrinking moves towards it), else
     any regime the limits allow, in `VALUE_REGIMES` order."""
@@ -268,7 +281,7 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
     # Each request draws its length and the key of its value streams together (one span), so that
     # shrinking can delete any request and keep every other one's values (oracle/values.py).
     reqs = ([(L, draw(VALUE_KEYS)) for L in fixed["context_lens"]] if fixed.get("context_lens") else
-            [draw(st.tuples(context_length(ps, width, limits), VALUE_KEYS)) for _ in range(B)])
+            [draw(request_draws(ps, width, limits)) for _ in range(B)])
     dtype = pick("dtype", st.sampled_from(limits.dtypes))
     kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
     p = {

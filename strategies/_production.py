@@ -116,7 +116,7 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
     Besides the case's own fields: `pool_elements`, the size a padded pool must pass (0: no padding)."""
     if draw(st.integers(0, PRODUCTION_ODDS)) == 0:
         return None
-    from strategies._cases import KV_HEADS, VALUE_KEYS, batch_sizes, context_length
+    from strategies._cases import KV_HEADS, VALUE_KEYS, batch_sizes, request_draws
 
     rows = allowed_models(limits)
     if rows:
@@ -138,10 +138,10 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
         L = draw(long_length(top, K, ps))
         all_long = draw(st.booleans()) and B > 1
         at = draw(st.integers(0, B - 1))
-        short = context_length(ps, window[1], limits)
+        short = request_draws(ps, window[1], limits)
         # Each request draws the key of its value streams with its length, as the small shapes do
         # (strategies._cases): deleting a request leaves the others' values in place (oracle/values.py).
-        reqs = [(L, draw(VALUE_KEYS)) if (all_long or b == at) else draw(st.tuples(short, VALUE_KEYS))
+        reqs = [(L, draw(VALUE_KEYS)) if (all_long or b == at) else draw(short)
                 for b in range(B)]
         out["context_lens"], out["value_keys"] = [n for n, _ in reqs], [k for _, k in reqs]
     if "k_scale" not in fixed and "v_scale" not in fixed:
