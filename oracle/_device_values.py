@@ -32,7 +32,7 @@ from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_S
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 BLOCK_T = 16
-MAX_BLOCK_E = 256
+BLOCK_E = 256  # one tile shape for every row size (H * D): one compile per dtype and regime class
 STREAMS = ("q", "k", "v", "kb", "vb")
 
 
@@ -64,8 +64,7 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
     if longest * HD >= 2 ** 31:
         raise InvalidInput("context_lens", f"format 3's device build counts positions x H x D in 32 bits: "
                                            f"{longest} x {HD} is past 2**31; give a shorter context")
-    block_e = min(MAX_BLOCK_E, 1 << max(0, (HD - 1).bit_length()))
-    grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / block_e))
+    grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / BLOCK_E))
     z = seeds  # placeholder pointer for the arguments a launch does not read
     if table is not None:
         if layout == "NHD":
@@ -75,13 +74,13 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
                                aff.s if aff.s is not None else z, table, table.stride(0), page_size, 0, *strides, D, HD,
                                PAGED=True, AFFINE=aff.a is not None, SINK=aff.s is not None, CLAMP=clamp,
-                               BLOCK_T=BLOCK_T, BLOCK_E=block_e)
+                               BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
     else:
         rows = dst.shape[1]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
                                aff.s if aff.s is not None else z, z, 0, 1, rows, 0, 0, 0, D, HD,
                                PAGED=False, AFFINE=aff.a is not None, SINK=aff.s is not None, CLAMP=clamp,
-                               BLOCK_T=BLOCK_T, BLOCK_E=block_e)
+                               BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
 
 
 def _regimes(c: Case, device: torch.device, keys: tuple[str, ...], aux) -> dict[str, _Affine]:

@@ -15,7 +15,12 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# Values that vary between cases are run-time arguments: no recompile per page size, stride or head count (a
+# specialization on `== 1` or divisibility by 16 would make one compile per class of each).
+RUNTIME_ARGS = ["table_stride", "page_size", "rows", "stride_page", "stride_slot", "stride_head", "D", "HD"]
+
+
+@triton.jit(do_not_specialize=RUNTIME_ARGS)
 def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, table, table_stride, page_size, rows,
                   stride_page, stride_slot, stride_head, D, HD,
                   PAGED: tl.constexpr, AFFINE: tl.constexpr, SINK: tl.constexpr, CLAMP: tl.constexpr,

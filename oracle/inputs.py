@@ -174,6 +174,29 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
     )
 
 
+def warm_build_cases() -> list[Case]:
+    """One tiny case per dtype, kv dtype and value regime: every variant of format 3's device build kernel."""
+    from oracle.case import VALUE_REGIMES
+
+    return [Case(context_lens=(1,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=1,
+                 pages=((0, 1),), num_pages=3, dtype=dtype, kv_dtype=kv, k_scale=2.0 if kv != dtype else 1.0,
+                 v_scale=0.5 if kv != dtype else 1.0, values=values, value_keys=(0,), block_storage="appended")
+            for dtype in ("bfloat16", "float16") for kv in (dtype, "float8_e4m3fn") for values in VALUE_REGIMES]
+
+
+def warm_build(device: str | torch.device) -> int:
+    """Compile format 3's device build on `device` for `warm_build_cases()`, so that no case pays for it;
+    returns the cases built. Nothing to do but on CUDA (the host build runs no kernel)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    cases = warm_build_cases()
+    for case in cases:
+        materialize(case, device)
+    torch.cuda.synchronize(device)
+    return len(cases)
+
+
 def _assemble_counter(c: Case, device: torch.device, canary: str, table: torch.Tensor):
     """`(q, k_pool, v_pool, k_block, v_block)` of format 3's device build: the pools hold the canary, then
     `oracle._device_values.draw` writes every request's streams (a few kernel launches in all); a block the

@@ -292,6 +292,12 @@ def warm_up(lowerings: Iterable[Any], cases_or_limits: Any = None, device: str =
     t0 = clock()
     units, report.not_warmed, report.deduplicated = plan_warmup(lowerings, cases_or_limits, device)
     say = progress or (lambda line: None)
+    if str(device).startswith("cuda"):  # the case builder's own kernels (format 3's device build), once
+        from oracle.inputs import warm_build
+
+        t1 = clock()
+        n = warm_build(device)
+        say(f"warm-up: the case builder's kernels ({n} tiny cases) {clock() - t1:.1f} s")
     for unit in units:
         say(unit.head() + " ...")
         run_unit(unit, str(device), clock)

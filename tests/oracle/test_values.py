@@ -382,6 +382,36 @@ def test_the_counter_build_is_a_few_launches_whatever_the_batch_and_lengths(monk
         assert torch.equal(_request(x, 0)["q"], _request(materialize(x.case, build="counter"), 0)["q"])
 
 
+def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
+    """`oracle.inputs.warm_build` (run by `parity.warmup` on CUDA) builds tiny cases that launch every variant
+    of the format 3 kernel a drawn case can: each dtype pair and each regime (affine, sink, neither)."""
+    from oracle import _values_kernel
+    from oracle.inputs import warm_build_cases
+
+    seen = set()
+    real = _values_kernel.stream_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(dst, *args, **kw):
+                seen.add((dst.dtype, kw["PAGED"], kw["AFFINE"], kw["SINK"], kw["CLAMP"]))
+                return real[grid](dst, *args, **kw)
+            return launch
+
+    monkeypatch.setattr(_values_kernel, "stream_kernel", Recording())
+    cases = warm_build_cases()
+    for case in cases:
+        materialize(case, build="counter")
+    assert len(cases) == 4 * len(VALUE_REGIMES)
+    warmed = set(seen)
+    seen.clear()
+    for values in VALUE_REGIMES:  # drawn-like cases: more requests, longer contexts, other layouts
+        for corner in COUNTER_CORNERS:
+            materialize(_case(**corner, context_lens=[40, 0, 3], values=values, value_keys=[1, 2, 3],
+                              layout="HND"), build="counter")
+    assert seen <= warmed, seen - warmed
+
+
 def test_the_counter_build_is_format_3s_only():
     case = _case()
     assert case.version == 3
