@@ -190,7 +190,7 @@ def _class_gone(cls: str, oc: int, jo: int, jn: int, strict: bool) -> str | None
 
 def _bound_problems(name: str, ob: dict[str, Any] | None, nb: dict[str, Any], base_defaults: dict[str, Any]) -> list[Problem]:
     """looser-bounds, loose-bounds, override-without-reason for one lowering's recorded bounds."""
-    from parity.policy import CEILINGS
+    from parity.policy import CEILINGS, OPTIONAL_KEYS
 
     out: list[Problem] = []
     for dtype, keys in sorted(nb.items()):
@@ -209,6 +209,8 @@ def _bound_problems(name: str, ob: dict[str, Any] | None, nb: dict[str, Any], ba
             else:
                 old = base_defaults.get(dtype, {}).get(key)
                 against = "the baseline's defaults (a lowering new to the gate)"
+            if old is None and key in OPTIONAL_KEYS:  # a baseline that predates the key had none of it: 0
+                old, against = {"value": 0.0, "source": "absent"}, against + ", where this key did not exist: 0"
             if old is not None and val > float(old.get("value", 0.0)):
                 out.append(Problem("looser-bounds", f"`{name}` {dtype} {key} got looser: {float(old['value']):g} "
                                                     f"({against}, `{old.get('source', '?')}`) -> {val:g} (`{src}`: "
@@ -220,7 +222,7 @@ def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults
     """looser-bounds and loose-bounds for the `[kernel."<key>".<dtype>]` entries of the new policy: they set
     the bounds of whichever cases ran that kernel (chosen per case, so no lowering's recorded bounds show
     them). Each value is compared with the same entry in the baseline, else with the baseline's defaults."""
-    from parity.policy import CEILINGS
+    from parity.policy import CEILINGS, OPTIONAL_KEYS
 
     out: list[Problem] = []
     old_over, new_over = po.get("overrides", {}), pn.get("overrides", {})
@@ -241,6 +243,8 @@ def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults
                 old = None if b is None else float(b.get("value", 0.0))
                 against = ("the baseline's defaults (a new kernel entry)" if before is None
                            else "the baseline's defaults (a key new to this kernel entry)")
+                if old is None and key in OPTIONAL_KEYS:  # a baseline that predates the key had none of it: 0
+                    old, against = 0.0, against + ", where this key did not exist: 0"
             if old is not None and float(val) > old:
                 out.append(Problem("looser-bounds", f"`{entry}` {key} got looser: {old:g} ({against}) -> {float(val):g} "
                                                     f"({e.get('reason') or 'no reason given'})"))

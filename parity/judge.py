@@ -95,11 +95,14 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
     diff = torch.where(finite, o - r, torch.zeros_like(o))
     # Every scalar the verdict needs, computed where the tensors are and read back in one transfer (on a GPU
     # each `float(t)` is a synchronization): the same operations as one read each, so the same figures.
-    n_bad, ref_max, max_abs, flat, ref_norm, diff_norm, y_err = _scalars(
+    score_scale = None  # max |LSE_ref| over finite rows: the size of the scores, for `yardstick_score_rel`
+    if y is not None and tol.yardstick_score_rel > 0 and ref_lse.numel():
+        score_scale = torch.where(torch.isfinite(ref_lse), ref_lse.abs(), torch.zeros_like(ref_lse)).max()
+    n_bad, ref_max, max_abs, flat, ref_norm, diff_norm, y_err, lse_scale = _scalars(
         bad.sum(), r.abs().max() if r.numel() else None,
         err.max() if err.numel() else None, err.flatten().argmax() if err.numel() else None,
         torch.linalg.vector_norm(r), torch.linalg.vector_norm(diff),
-        (y - r).abs().max() if y is not None and y.numel() else None)
+        (y - r).abs().max() if y is not None and y.numel() else None, score_scale)
     flat = int(flat)
     if n_bad:
         cmp.failures.append(_nonfinite_line(label if label == "output" else f"{label} output", int(n_bad), o, bad,
@@ -122,14 +125,28 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
         if rel_l2 >= tol.out_rel_l2:
             cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}{src('out_rel_l2')}")
     if yardstick_out is not None and math.isfinite(max_abs):
-        bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * unit
+        # A kernel whose scores carry a relative error r (measured: `yardstick_score_rel`) moves the output by
+        # up to about r |s| max|v - O| (near a tie of two keys, r |s| p(1-p) |v1 - v2|): the bound grows with
+        # the size of the scores, max |LSE_ref|, times max |O_ref|. 0 (the defaults): no such term.
+        score_term = tol.yardstick_score_rel * lse_scale * ref_max
+        bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * unit + score_term
         cmp.figures.update(yardstick_max_abs=y_err, yardstick_bound=bound,
                            yardstick_ratio=(max_abs / y_err) if y_err > 0 else None)
+        if score_term:
+            cmp.figures["yardstick_score_term"] = score_term
         cmp.margins["yardstick"] = max_abs / bound
         if max_abs > bound:
+            floor_src = src("yardstick_floor_ulp")
+            terms = f" + {tol.yardstick_floor_ulp:g} ulp"
+            if floor_src and floor_src != src("yardstick_factor"):
+                terms += f" ({floor_src.strip()})"
+            if score_term:
+                score_src = src("yardstick_score_rel")
+                terms += (f" + {tol.yardstick_score_rel:g} x |LSE_ref| {lse_scale:.6g} x max|O_ref| {ref_max:.4g}"
+                          + (f" ({score_src.strip()})" if score_src else ""))
             cmp.failures.append(
                 f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x the working-dtype SDPA's "
-                f"{y_err:.4g} + {tol.yardstick_floor_ulp:g} ulp = {bound:.4g} (yardstick{src('yardstick_factor')})")
+                f"{y_err:.4g}{terms} = {bound:.4g} (yardstick{src('yardstick_factor')})")
     if lse_nat is not None:
         cmp_lse(cmp, label, lse_nat, ref_lse, tol, bound_from)
     return cmp

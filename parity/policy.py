@@ -36,6 +36,7 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tolerances.toml"
 INSTALLED_PATH = Path(sys.prefix) / "share" / "dflash-parity" / "tolerances.toml"
 DTYPES = ("bfloat16", "float16")
 META_KEYS = ("reason", "measured_in")  # the non-bound keys of a table of bounds
+OPTIONAL_KEYS = ("lse_rel", "yardstick_score_rel")  # may be 0, may be left out of [defaults.<dtype>] (0 then)
 DEFAULT_MAX_MARGIN_GROWTH = 0.25
 
 
@@ -49,11 +50,12 @@ class Tolerance:
     yardstick_floor_ulp: float
     lse_abs: float
     lse_rel: float = 0.0
+    yardstick_score_rel: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name == "lse_rel":
+            if f.name in OPTIONAL_KEYS:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                     raise InvalidInput(f.name, f"a finite number >= 0, got {v!r}")
                 continue
@@ -86,6 +88,9 @@ CEILINGS: dict[str, Ceiling] = {
                                                   "(2e-3, flashinfer fa2); an LSE in the wrong base is off by 0.31 |LSE|"),
     "lse_rel": Ceiling({d: 0.01 for d in DTYPES}, "4x the largest measured override (2.5e-3, flashinfer fa2); "
                                                   "an LSE in the wrong base is off by 0.31 |LSE|"),
+    "yardstick_score_rel": Ceiling({d: 1e-4 for d in DTYPES}, "1.7x the largest measured override (6e-5, flashinfer "
+                                                              "fa2 fp16); past it the term passes a plain case's "
+                                                              "(|LSE| ~ 10) output off by 1e-3 of max|O_ref| and more"),
 }
 MAX_MARGIN_GROWTH_CEILING = Ceiling({"gate": 1.0}, "a margin that may grow by a whole tolerance between two runs "
                                                    "gates nothing")
@@ -315,7 +320,7 @@ def _entry(where: str, name: str, table: dict[str, Any], *, required: bool, dtyp
         measured = [measured]
     if not isinstance(measured, list) or not all(isinstance(m, str) and m.strip() for m in measured):
         raise InvalidInput(f"{where}.measured_in", f"a path or a list of paths (the run logs), got {measured!r}")
-    values = {k: _number(f"{where}.{k}", v, zero_ok=k == "lse_rel") for k, v in table.items() if k not in META_KEYS}
+    values = {k: _number(f"{where}.{k}", v, zero_ok=k in OPTIONAL_KEYS) for k, v in table.items() if k not in META_KEYS}
     if not allow_loose_bounds:
         for k, v in values.items():
             msg = ceiling_message(k, v, dtype)
@@ -409,6 +414,6 @@ def _check_keys(where: str, table: Any, *, required: bool) -> None:
         raise InvalidInput(f"{where}.{unknown[0]}", f"unknown key; expected {', '.join(TOLERANCE_KEYS)} "
                                                     f"(and reason, measured_in)")
     if required:
-        missing = [k for k in TOLERANCE_KEYS if k not in table and k != "lse_rel"]
+        missing = [k for k in TOLERANCE_KEYS if k not in table and k not in OPTIONAL_KEYS]
         if missing:
             raise InvalidInput(f"{where}.{missing[0]}", "missing key")
