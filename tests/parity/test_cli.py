@@ -144,7 +144,7 @@ BAD_CLI = [
     ("plugin not a lowering", lambda t: ["list", "--plugin", _write(t, "p4.py", PLUGIN_NOT_PROTOCOL)], "does not satisfy lowerings.protocol.Lowering"),
     ("case file missing", lambda t: ["repro", t / "none.json"], "none.json: case file not found"),
     ("case malformed JSON", lambda t: ["repro", _write(t, "c1.json", "{not json")], "not valid JSON"),
-    ("case unknown version", lambda t: ["repro", _write(t, "c2.json", _case_text(version=99))], "version: this dflash-parity reads case formats 1, 2, got 99"),
+    ("case unknown version", lambda t: ["repro", _write(t, "c2.json", _case_text(version=99))], "version: this dflash-parity reads case formats 1, 2, 3, got 99"),
     ("case unknown field", lambda t: ["repro", _write(t, "c3.json", _case_text(colour="red"))], "colour: unknown case field"),
     ("case Hq not multiple", lambda t: ["repro", _write(t, "c4.json", _case_text(num_q_heads=3, num_kv_heads=2))], "num_q_heads: must be a multiple of num_kv_heads=2"),
     ("case page out of range", lambda t: ["repro", _write(t, "c5.json", _case_text(pages=[[0, 7]]))], "page ids must lie in the pool [0, num_pages=3)"),
