@@ -99,9 +99,12 @@ class Sdpa(TorchLoweringBase):
         zeros its mask hides), each key read once. GQA by grouping the queries, not repeating the keys:
         each KV head attends with its `G` query heads' `G*K` rows at once (`[n, Hkv, G*K, D]`), so no
         `G`-fold copy of K/V is made or read. Every row is computed on its own either way: a batch of
-        requests is the per-request computation with masked keys added, which add exact zeros.
-        Batched because a case is host-bound on a GPU: one request at a time cost about 25 launches
-        per request (B up to 64 in the `gpu` profile)."""
+        requests is the per-request computation with masked keys added, which add exact zeros; torch's
+        kernels may block a batch of calls differently, so an element can differ from the request alone by
+        one rounding (tests/lowerings/test_protocol.py). Batched because a case is host-bound on a GPU: one
+        request at a time cost about 25 launches per request (B up to 64 in the `gpu` profile; on the H200
+        the yardstick phase went from 9.3-10.1 to 2.6-2.9 ms a case, docs/gpu/2026-12-02-h200-session12.md
+        run 38)."""
         c = inputs.case
         B, K, Hq, D = inputs.q.shape
         out = torch.empty((B, K, Hq, D), dtype=inputs.q.dtype, device=inputs.device)
