@@ -144,7 +144,8 @@ class Case(BatchShape):
     def __post_init__(self) -> None:
         # Normalise JSON lists into tuples so that equality and hashing are structural.
         object.__setattr__(self, "context_lens", tuple(self.context_lens))
-        object.__setattr__(self, "pages", tuple(tuple(r) for r in self.pages))
+        if not (type(self.pages) is tuple and all(type(r) is tuple for r in self.pages)):  # else kept as given
+            object.__setattr__(self, "pages", tuple(tuple(r) for r in self.pages))
         object.__setattr__(self, "window", tuple(self.window))
         object.__setattr__(self, "value_keys", tuple(self.value_keys))
         _validate(self)
@@ -301,6 +302,26 @@ def _check_json_fields(data: dict[str, Any], source: str) -> None:
         bad("pages", f"at most {JSON_BOUNDS['num_pages']} page ids in all, got {listed}")
 
 
+_CHECKED_PAGES: dict[int, tuple[tuple, int]] = {}  # id(pages) -> (pages, num_pages) found valid (pages kept alive)
+
+
+def _distinct_ids_in_pool(pages: tuple[tuple[int, ...], ...], num_pages: int) -> bool:
+    """Whether every page id is a distinct int in `[0, num_pages)`. Remembered for the last few page lists
+    by identity: a draw's repairs build up to a dozen cases over one page list (`strategies.build_case`
+    reuses it), each a pass over up to ~10^6 ids."""
+    seen = _CHECKED_PAGES.get(id(pages))
+    if seen is not None and seen[0] is pages and seen[1] == num_pages:
+        return True
+    flat = [p for row in pages for p in row]
+    ok = (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < num_pages))
+          and len(set(flat)) == len(flat))
+    if ok:
+        if len(_CHECKED_PAGES) >= 8:
+            _CHECKED_PAGES.pop(next(iter(_CHECKED_PAGES)))
+        _CHECKED_PAGES[id(pages)] = (pages, num_pages)
+    return ok
+
+
 def _validate(c: Case) -> None:
     def need(ok: bool, where: str, rule: str) -> None:
         if not ok:
@@ -346,11 +367,9 @@ def _validate(c: Case) -> None:
          f"a pair (left, right) of integers >= -1 (-1 = unbounded), got {c.window!r}")
     need(len(c.pages) == len(c.context_lens), "pages",
          f"one page list per request: {len(c.context_lens)} requests, got {len(c.pages)} lists")
-    flat = [p for row in c.pages for p in row]
     # The common case (distinct int ids inside the pool) is checked at C speed; otherwise the loop below
     # finds the first culprit page and names it.
-    pages_ok = (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < c.num_pages))
-                and len(set(flat)) == len(flat))
+    pages_ok = _distinct_ids_in_pool(c.pages, c.num_pages)
     owner: dict[int, int] = {}
     for b, row in enumerate(c.pages):
         want = pages_needed(c.context_lens[b], c.block_size, c.page_size)

@@ -196,6 +196,19 @@ def _pool_order(num_pages: int, perm_seed: int) -> tuple[int, ...]:
     return tuple(ids)
 
 
+@functools.lru_cache(maxsize=16)
+def _page_lists(need: tuple[int, ...], extra: tuple[int, ...], num_pages: int, pad: int, perm_seed: int
+                ) -> tuple[tuple[int, ...], ...]:
+    """Each request's pages: its share of the permuted pool in batch order. Cached: one draw's repairs build
+    up to a dozen cases over the same page lists (and `oracle.case` then checks the list once)."""
+    ids = [i + pad for i in _pool_order(num_pages - pad, perm_seed)] if pad else _pool_order(num_pages, perm_seed)
+    pages, at = [], 0
+    for n, e in zip(need, extra):
+        pages.append(tuple(ids[at: at + n + e]))
+        at += n + e
+    return tuple(pages)
+
+
 def build_case(p: dict[str, Any]) -> Case:
     """A `Case` from drawn primitive parameters (pages permuted by `p['perm_seed']`)."""
     kind, width = p["window"]
@@ -205,11 +218,7 @@ def build_case(p: dict[str, Any]) -> Case:
     extra = [p["extra_pages"] if b == 0 else 0 for b in range(len(need))]
     pad = p.get("pool_pad", 0)  # leading spare pages (a production draw's pool past 2**31 elements)
     num_pages = sum(need) + sum(extra) + p["spare_pages"] + pad
-    ids = [i + pad for i in _pool_order(num_pages - pad, p["perm_seed"])] if pad else _pool_order(num_pages, p["perm_seed"])
-    pages, at = [], 0
-    for n, e in zip(need, extra):
-        pages.append(tuple(ids[at: at + n + e]))
-        at += n + e
+    pages = _page_lists(tuple(need), tuple(extra), num_pages, pad, p["perm_seed"])
     fp8 = p["kv_dtype"] == "float8_e4m3fn"
     return Case(
         context_lens=tuple(p["context_lens"]), block_size=K, num_q_heads=p["num_kv_heads"] * p["group"],
