@@ -337,11 +337,15 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
             progress(report, out)
         return out
 
+    smallest: list[CaseOutcome] = []  # the smallest failing outcome so far: what an interrupted shrink leaves
+
     @settings
     @given(case=strategy)
     def prop(case: Case) -> None:
         out = run_case(lowering, case, policy, opts, yardstick)
         report.absorb(out, compile_family(lowering, case))
+        if out.status == "fail" and (not smallest or fl.case_size(out.case) < fl.case_size(smallest[0].case)):
+            smallest[:] = [out]
         if progress:
             progress(report, out)
         if target and out.status == "pass":
@@ -383,6 +387,10 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
+        if smallest:  # a failure was found and hypothesis was shrinking it: report the smallest seen so far
+            report.failures.append(Failure(smallest[0], shrunk=False))
+            report.extra.append("interrupted while shrinking a failure: the smallest failing case found so far "
+                                "is reported, not shrunk further")
     except SystemExit as err:
         return _exited(report, err, t0)
     except Unsatisfiable:  # supports() (or the limits) admit no case the strategy can draw: nothing judged
