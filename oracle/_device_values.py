@@ -16,6 +16,11 @@ The regimes of `oracle.values` keep their meaning, each as an affine map of the 
 directions (their own streams: `dir`, `sink`, `tie`), signs and outlier channels. An fp8 pool's k and v are
 drawn in stored units (`value = stored * k_scale`), as in format 2; the dense block holds the values the
 fp8 pool represents.
+
+On a CPU (tests) the kernel runs under Triton's interpreter, whose fp32-to-fp8 conversion (triton 3.x) halves a
+value that rounds up into the next binade (0.498 is stored as 0.25, not 0.5; 2.7% of standard normals): the
+CPU's format 3 fp8 values differ from the GPU's there. Every consumer reads the same stored values, so no
+check is affected; the tests compare builds with each other, never with fixed digests.
 """
 
 from __future__ import annotations
@@ -73,14 +78,14 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
             strides = (HD * page_size, D, page_size * D)  # [pages, H, page_size, D]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
                                aff.s if aff.s is not None else z, table, table.stride(0), page_size, 0, *strides, D, HD,
-                               PAGED=True, AFFINE=aff.a is not None, SINK=aff.s is not None, CLAMP=clamp,
-                               BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
+                               int(aff.a is not None), int(aff.s is not None), int(clamp),
+                               PAGED=True, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
     else:
         rows = dst.shape[1]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
                                aff.s if aff.s is not None else z, z, 0, 1, rows, 0, 0, 0, D, HD,
-                               PAGED=False, AFFINE=aff.a is not None, SINK=aff.s is not None, CLAMP=clamp,
-                               BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
+                               int(aff.a is not None), int(aff.s is not None), int(clamp),
+                               PAGED=False, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
 
 
 def _regimes(c: Case, device: torch.device, keys: tuple[str, ...], aux) -> dict[str, _Affine]:
@@ -141,8 +146,10 @@ def draw(c: Case, device: torch.device, table: torch.Tensor, k_pool: torch.Tenso
     keys = request_keys(c)
     direction = {"huge": "dir", "sink": "sink", "ties": "tie"}.get(c.values)  # a regime's own stream
     names = STREAMS + ((direction,) if direction else ())
-    seeds = _on(device, [[stream_seed(c.seed, key, s, 0) for key in keys] for s in names], torch.int64)
-    seed_of = dict(zip(names, seeds))
+    # One row per stream, padded to an even length: each row starts 16-byte aligned, as Triton specializes a
+    # pointer on (else an odd batch size would compile another variant of the kernel).
+    seeds = _on(device, [[stream_seed(c.seed, key, s, 0) for key in keys] + [0] * (B % 2) for s in names], torch.int64)
+    seed_of = {s: row[:B] for s, row in zip(names, seeds)}
     ones = torch.full((B,), 1, dtype=torch.int32, device=device)
 
     def aux(stream: str) -> torch.Tensor:  # one position of normals per request: a direction [B, Hkv, D]

@@ -17,14 +17,16 @@ import triton.language as tl
 
 # Values that vary between cases are run-time arguments: no recompile per page size, stride or head count (a
 # specialization on `== 1` or divisibility by 16 would make one compile per class of each).
-RUNTIME_ARGS = ["table_stride", "page_size", "rows", "stride_page", "stride_slot", "stride_head", "D", "HD"]
+# The regime switches too: one compile per destination dtype and storage (H200 run 40: with them constexpr, a
+# process on a cold Triton cache spent 38.8 s compiling its warm-up's variants).
+RUNTIME_ARGS = ["table_stride", "page_size", "rows", "stride_page", "stride_slot", "stride_head", "D", "HD",
+                "AFFINE", "SINK", "CLAMP"]
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)
 def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, table, table_stride, page_size, rows,
-                  stride_page, stride_slot, stride_head, D, HD,
-                  PAGED: tl.constexpr, AFFINE: tl.constexpr, SINK: tl.constexpr, CLAMP: tl.constexpr,
-                  BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+                  stride_page, stride_slot, stride_head, D, HD, AFFINE, SINK, CLAMP,
+                  PAGED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
     """Grid `(cdiv(longest stream, BLOCK_T), B, cdiv(H * D, BLOCK_E))`; `lens [B]` int32 positions per request."""
     b = tl.program_id(1)
     n_pos = tl.load(lens + b)
@@ -39,14 +41,14 @@ def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, table, table_stride, pa
     x = tl.randn(seed, t[:, None] * HD + e[None, :])
     h = e // D
     d = e - h * D
-    if AFFINE:
+    if AFFINE != 0:
         a = tl.load(a_ptr + b * D + d, mask=e_ok, other=0.0)
         c = tl.load(c_ptr + b * HD + e, mask=e_ok, other=0.0)
         x = x * a[None, :] + c[None, :]
-    if SINK:
+    if SINK != 0:
         s = tl.load(s_ptr + b * HD + e, mask=e_ok, other=0.0)
         x = x + tl.where(t[:, None] == 0, s[None, :], 0.0)
-    if CLAMP:
+    if CLAMP != 0:
         x = tl.minimum(tl.maximum(x, -448.0), 448.0)
     if PAGED:
         page = tl.load(table + b * table_stride + t // page_size, mask=t_ok, other=0).to(tl.int64)
