@@ -35,6 +35,9 @@ echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log --oneline -1 2>/dev/null | cut
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .fib/fi_strip.tar.xz \
   && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fib/*.whl
+# The bundle holds no bytecode: a profiled check compiled 2,206 modules' sources at import, 6.4 s of its 40 s
+# (docs/gpu/2026-12-02-h200-session12.md run 39). Compiled once here instead (the effect not yet measured).
+python3 -m compileall -q -j 0 /tmp/site "$PWD/oracle" "$PWD/parity" "$PWD/lowerings" "$PWD/strategies" > /dev/null 2>&1 || true
 export PYTHONPATH=/tmp/site:$PWD
 for pack in .fib/fi_aot*.tar.xz; do [ -f "$pack" ] && python3 .fib/flashinfer_aot.py install "$pack"; done
 export TRITON_CACHE_DIR=/tmp/jit/triton TORCHINDUCTOR_CACHE_DIR=/tmp/jit/inductor
