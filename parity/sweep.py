@@ -267,6 +267,17 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
         return hook_failure_report(report, hf, t0)
 
 
+def _keeping_smallest_failure(run_case: Callable[..., CaseOutcome], smallest: list[CaseOutcome]):
+    """`run_case`, keeping in `smallest` (one item) the smallest failing outcome it returned (`fl.case_size`)."""
+    def run(*args, **kwargs) -> CaseOutcome:
+        out = run_case(*args, **kwargs)
+        if out.status == "fail" and (not smallest or fl.case_size(out.case) < fl.case_size(smallest[0].case)):
+            smallest[:] = [out]
+        return out
+
+    return run
+
+
 def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, t0: float, *, strategy, settings,
                     opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
@@ -337,15 +348,16 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
             progress(report, out)
         return out
 
-    smallest: list[CaseOutcome] = []  # the smallest failing outcome so far: what an interrupted shrink leaves
+    # The smallest failing outcome so far, what an interrupted shrink leaves: kept by a wrapper of `run_case`,
+    # not in `prop`, whose text seeds hypothesis's derandomized draws (an edit of it changes every draw).
+    smallest: list[CaseOutcome] = []
+    run_case = _keeping_smallest_failure(run_case, smallest)
 
     @settings
     @given(case=strategy)
     def prop(case: Case) -> None:
         out = run_case(lowering, case, policy, opts, yardstick)
         report.absorb(out, compile_family(lowering, case))
-        if out.status == "fail" and (not smallest or fl.case_size(out.case) < fl.case_size(smallest[0].case)):
-            smallest[:] = [out]
         if progress:
             progress(report, out)
         if target and out.status == "pass":
@@ -366,7 +378,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         the smallest failing outcome it found, or None."""
         nonlocal run_case
         from hypothesis import settings as hyp_settings
-        run_case = refusing_invalid(stops_on_interrupt(shrinking_run_case))
+        run_case = _keeping_smallest_failure(refusing_invalid(stops_on_interrupt(shrinking_run_case)), smallest)
         again = hyp_settings(settings, database=None)(given(case=strategy)(prop.hypothesis.inner_test))
         if seed is not None:
             from hypothesis import seed as hyp_seed

@@ -50,6 +50,9 @@ class ReadsPageTail(Sdpa):
 
     name = "hardening:reads_page_tail"
 
+    def expected_calls(self, case):  # one attention per request (the yardstick batches them)
+        return {"torch.sdpa": case.batch_size}
+
     def run(self, inputs: Inputs) -> LoweringResult:
         c = inputs.case
         ps, K, G = c.page_size, c.block_size, c.group_size
@@ -173,6 +176,9 @@ class StaleRunningMax(Sdpa):
         # as a kernel's workspace is: a fresh mutant (`catalogue()`) starts clean whatever ran before it in the
         # process (a class-level dict made test_hardening's result depend on test_flakiness running first).
         self._workspace: dict = {}
+
+    def expected_calls(self, case):  # one attention per request (the yardstick batches them)
+        return {"torch.sdpa": case.batch_size}
 
     def run(self, inputs: Inputs) -> LoweringResult:
         c = inputs.case
