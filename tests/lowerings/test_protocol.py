@@ -222,3 +222,27 @@ def test_the_batched_yardstick_is_each_request_alone_to_rounding(monkeypatch):
     print(f"batched vs per-request yardstick: {seen['equal']} of {seen['cases']} cases bit for bit equal, worst "
           f"{seen['worst']:.2e} of max |O|; {seen['batched']} cases batched several requests")
     assert seen["batched"] >= 20, seen
+
+
+def test_the_batched_yardstick_comparison_catches_a_row_scattered_to_another_request(monkeypatch):
+    """Negative control for the test above: a batch whose rows come back in another order (each request given
+    its neighbour's output) is far outside one rounding."""
+    import torch
+
+    from lowerings import torch_emulation
+    from oracle.inputs import materialize
+    from strategies import build_case
+
+    case = build_case(dict(context_lens=[40, 17, 5], block_size=3, num_kv_heads=2, group=2, head_dim=64, page_size=16,
+                           window=("noncausal", None), dtype="bfloat16", kv_dtype="same", k_scale=1.0, v_scale=1.0,
+                           scale=None, layout="NHD", block_storage="dense", page_table_dtype="int32",
+                           page_table_pad=0, spare_pages=1, extra_pages=0, perm_seed=0, seed=1))
+    inputs = materialize(case)
+    assert len(torch_emulation.sdpa_batches(case)) == 1
+    real = torch_emulation._sdpa_batch
+    monkeypatch.setattr(torch_emulation, "_sdpa_batch",
+                        lambda x, rows, with_lse: tuple(t.roll(1, 0) if t is not None else t for t in real(x, rows, with_lse=with_lse)))
+    scattered = Sdpa().run_output(inputs).float()
+    monkeypatch.setattr(torch_emulation, "sdpa_batches", lambda c: [[b] for b in range(c.batch_size)])
+    alone = Sdpa().run_output(inputs).float()
+    assert float((scattered - alone).abs().max() / alone.abs().max()) > 2.0 ** -3

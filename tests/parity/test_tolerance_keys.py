@@ -392,3 +392,19 @@ def test_the_fa2_kernel_bound_passes_the_measured_errors_and_fails_a_bug_sized_o
     assert not judged(edge * ulp, fa2, 10.0).passed
     assert any(f"{fa2.yardstick_score_rel:g} x |LSE_ref| 10 x max|O_ref| 4 =" in m
                for m in judged(edge * ulp, fa2, 10.0).failures)
+
+
+def test_a_score_term_past_its_ceiling_is_refused_and_a_defaults_table_may_leave_it_out():
+    """`yardstick_score_rel` is held under its sanity ceiling like every bound (5e-3 would waive the yardstick
+    rule for plain scores: 5% of max |O| at |LSE| 10), unless loose bounds are allowed; a defaults table
+    without it means 0 (no term), and a negative value is refused."""
+    bad = '[kernel."my_kernel".bfloat16]\nreason = "measured"\nyardstick_score_rel = 5e-3\n'
+    with pytest.raises(InvalidInput) as err:
+        _policy(bad)
+    assert err.value.where.endswith("yardstick_score_rel") and "sanity ceiling" in err.value.rule
+    data = _merged(tomllib.loads(policy_mod.DEFAULT_PATH.read_text()), tomllib.loads(bad))
+    assert policy_mod.from_dict(data, allow_loose_bounds=True).for_case("x", "bfloat16", {"my_kernel": "ran"})[0] \
+        .yardstick_score_rel == 5e-3
+    assert _policy().for_case("x", "bfloat16", {})[0].yardstick_score_rel == 0.0
+    with pytest.raises(InvalidInput):
+        _policy('[kernel."my_kernel".bfloat16]\nreason = "measured"\nyardstick_score_rel = -1e-6\n')
