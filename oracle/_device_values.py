@@ -1,7 +1,8 @@
 """Case format 3's device build: every request's streams in a handful of kernel launches.
 
 Format 2's device build (`oracle.values`) draws each block of positions of each stream of each request with
-its own generator call: about 1,300 launches for a mean `gpu`-profile case (B up to 64, contexts to 128K),
+its own generator call: about 1,300 launches for a mean `gpu`-profile case (B up to 64, contexts to 128K;
+counted from the blocks of 338 drawn cases of `context[flashinfer-fa2]`, seed 3, on the CPU),
 which made building a case's tensors the largest host cost of a GPU case (11-15 ms of 29-34,
 docs/gpu/2026-12-02-h200-session11.md run 36). Format 3 keeps format 2's values in the host build (and
 so on the CPU) and draws the device build counter-based: the standard normal of element `e` (`h * D + d`)

@@ -212,12 +212,16 @@ def _assemble_counter(c: Case, device: torch.device, canary: str, table: torch.T
         at = [(c.pages[b][(L + j) // ps], (L + j) % ps) for b, L in enumerate(c.context_lens) for j in range(K)]
         pid, slot = torch.tensor(at, dtype=torch.long).t().to(device, non_blocking=True)
         for pool, blk, scale in ((k_pool, k_block, c.k_scale), (v_pool, v_block, c.v_scale)):
-            val = _quantize(blk.reshape(B * K, Hkv, D).float(), kvdt, scale)
-            if c.layout == "NHD":
-                pool[pid, slot] = val
-            else:
-                pool[pid, :, slot] = val
+            _put(pool, c.layout, pid, slot, _quantize(blk.reshape(B * K, Hkv, D).float(), kvdt, scale))
     return q, k_pool, v_pool, k_block, v_block
+
+
+def _put(pool: torch.Tensor, layout: str, pid: torch.Tensor, slot: torch.Tensor, x: torch.Tensor) -> None:
+    """Write `x [n, Hkv, D]` at pool positions `(pid[i], slot[i])`, NHD or HND."""
+    if layout == "NHD":
+        pool[pid, slot] = x
+    else:
+        pool[pid, :, slot] = x
 
 
 def _page_table(c: Case, device: torch.device) -> torch.Tensor:
@@ -262,12 +266,6 @@ def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[Reque
     k_block = torch.empty((B, K, Hkv, D), dtype=dt, device=device)
     v_block = torch.empty((B, K, Hkv, D), dtype=dt, device=device)
 
-    def put(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, x: torch.Tensor) -> None:
-        if c.layout == "NHD":
-            pool[pid, slot] = x
-        else:
-            pool[pid, :, slot] = x
-
     for b, val in enumerate(values):
         L = c.context_lens[b]
         q[b] = val.q
@@ -282,13 +280,13 @@ def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[Reque
         if L:
             t = torch.arange(L, device=device)
             pid, slot = row[t // ps], t % ps
-            put(k_pool, pid, slot, _quantize(val.k, kvdt, c.k_scale))
-            put(v_pool, pid, slot, _quantize(val.v, kvdt, c.v_scale))
+            _put(k_pool, c.layout, pid, slot, _quantize(val.k, kvdt, c.k_scale))
+            _put(v_pool, c.layout, pid, slot, _quantize(val.v, kvdt, c.v_scale))
         if c.block_storage == "appended":
             t = torch.arange(L, L + K, device=device)
             pid, slot = row[t // ps], t % ps
-            put(k_pool, pid, slot, _quantize(k_block[b].float(), kvdt, c.k_scale))
-            put(v_pool, pid, slot, _quantize(v_block[b].float(), kvdt, c.v_scale))
+            _put(k_pool, c.layout, pid, slot, _quantize(k_block[b].float(), kvdt, c.k_scale))
+            _put(v_pool, c.layout, pid, slot, _quantize(v_block[b].float(), kvdt, c.v_scale))
         del val
     return q, k_pool, v_pool, k_block, v_block
 
