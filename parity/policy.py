@@ -36,7 +36,7 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tolerances.toml"
 INSTALLED_PATH = Path(sys.prefix) / "share" / "dflash-parity" / "tolerances.toml"
 DTYPES = ("bfloat16", "float16")
 META_KEYS = ("reason", "measured_in")  # the non-bound keys of a table of bounds
-OPTIONAL_KEYS = ("lse_rel", "yardstick_score_rel")  # may be 0, may be left out of [defaults.<dtype>] (0 then)
+OPTIONAL_KEYS = ("lse_rel", "yardstick_score_rel", "out_score_rel")  # may be 0, may be left out of [defaults.<dtype>] (0 then)
 DEFAULT_MAX_MARGIN_GROWTH = 0.25
 
 
@@ -51,6 +51,7 @@ class Tolerance:
     lse_abs: float
     lse_rel: float = 0.0
     yardstick_score_rel: float = 0.0
+    out_score_rel: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -91,6 +92,8 @@ CEILINGS: dict[str, Ceiling] = {
     "yardstick_score_rel": Ceiling({d: 1e-4 for d in DTYPES}, "1.7x the largest measured override (6e-5, flashinfer "
                                                               "fa2 fp16); past it the term passes a plain case's "
                                                               "(|LSE| ~ 10) output off by 1e-3 of max|O_ref| and more"),
+    "out_score_rel": Ceiling({d: 1e-4 for d in DTYPES}, "the same as yardstick_score_rel's: the same measured score "
+                                                        "error, added to the absolute bound"),
 }
 MAX_MARGIN_GROWTH_CEILING = Ceiling({"gate": 1.0}, "a margin that may grow by a whole tolerance between two runs "
                                                    "gates nothing")

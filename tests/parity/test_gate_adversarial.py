@@ -183,6 +183,18 @@ def _baseline_predates_score_rel(r):  # a baseline recorded before the key exist
         e["values"].pop("yardstick_score_rel", None)
 
 
+def _kernel_entry_out_score_looser(r):
+    r["policy"]["overrides"][FA2]["values"]["out_score_rel"] = 9e-5  # looser than the entry's 1.3e-5
+
+
+def _baseline_predates_out_score_rel(r):  # a baseline recorded before `out_score_rel` existed
+    for per_dtype in r["policy"]["bounds"].values():
+        for keys in per_dtype.values():
+            keys.pop("out_score_rel", None)
+    for e in r["policy"]["overrides"].values():
+        e["values"].pop("out_score_rel", None)
+
+
 def _kernel_entry_new(r):
     r["policy"]["overrides"]['kernel."my_kernel".bfloat16'] = {"values": {"out_max_ulp": 30.0}, "reason": "measured",
                                                              "measured_in": []}
@@ -218,6 +230,9 @@ GATE_ROWS = [
      "out_rel_l2 got looser: 0.01 (the baseline's defaults (a key new to this kernel entry))"),
     ("a key the baseline predates, set in a kernel entry", "again", _kernel_entry_key_the_baseline_predates,
      _baseline_predates_score_rel, [], 1, "yardstick_score_rel got looser: 0 (the baseline's defaults (a key new to "
+     "this kernel entry), where this key did not exist: 0)"),
+    ("out_score_rel, a key the baseline predates, set in a kernel entry", "again", _kernel_entry_out_score_looser,
+     _baseline_predates_out_score_rel, [], 1, "out_score_rel got looser: 0 (the baseline's defaults (a key new to "
      "this kernel entry), where this key did not exist: 0)"),
     ("new kernel entry looser than the defaults", "again", _kernel_entry_new, None, [], 1,
      "out_max_ulp got looser: 8 (the baseline's defaults (a new kernel entry))"),
@@ -313,7 +328,8 @@ def test_the_report_records_what_was_checked(runs, plugins):
     b = pol["bounds"][LOWERING]["bfloat16"]["out_max_ulp"]
     assert b == {"value": 8.0, "source": "defaults.bfloat16", "reason": b["reason"]} and "seed 002" in b["reason"]
     over = pol["overrides"]['kernel."BatchPrefillWithPagedKVCacheKernel".bfloat16']  # the measured fa2 entry
-    assert over["values"] == {"lse_abs": 2e-3, "lse_rel": 2.5e-3, "yardstick_score_rel": 1.3e-5} and "fa2" in over["reason"] and over["measured_in"]
+    assert over["values"] == {"lse_abs": 2e-3, "lse_rel": 2.5e-3, "yardstick_score_rel": 1.3e-5,
+                              "out_score_rel": 1.3e-5} and "fa2" in over["reason"] and over["measured_in"]
     assert data["plugins"] == [{"path": str(plugins["good"].resolve()),
                                 "sha256": hashlib.sha256(plugins["good"].read_bytes()).hexdigest()}]
     v = data["lowerings"][LOWERING]

@@ -343,6 +343,7 @@ def test_the_fa2_kernel_output_bound_follows_its_measured_score_error(dtype, sco
     tol, source = pol.for_case("anyone_s_wrapper", dtype, seen)
     plain, _ = pol.for_case("anyone_s_wrapper", dtype, {})
     assert tol.yardstick_score_rel == score_rel and plain.yardstick_score_rel == 0.0
+    assert tol.out_score_rel == score_rel and plain.out_score_rel == 0.0  # the same term on the absolute bound
     assert tol.yardstick_floor_ulp == plain.yardstick_floor_ulp == 2.0 and tol.out_max_ulp == plain.out_max_ulp
     assert tol.out_rel_l2 == plain.out_rel_l2 and tol.yardstick_factor == plain.yardstick_factor
     entry = source.by_key["yardstick_score_rel"]
@@ -362,7 +363,8 @@ def test_the_fa2_kernel_bound_passes_the_measured_errors_and_fails_a_bug_sized_o
     failures); at plain scores (|LSE| 10) the term adds under 0.02 bf16 / 0.7 fp16 ulp to the default's bound,
     so the error of one key's weight off by 5% (of |v1 - v2| = 4.4: 7 bf16 / 56 fp16 ulps) still fails there,
     as does anything past the 2-ulp floor. The price, pinned: at the measured (large, huge) scores the term
-    waives the yardstick rule for this kernel and `out_max_ulp` (8) is its bound: 7.9 ulps pass, 8.1 fail."""
+    waives the yardstick rule for this kernel, and `out_score_rel` raises its absolute bound from 8 ulps by the
+    same term (42.6 bf16 ulps at |LSE| 25,613.5, 28.9 fp16 ulps at 469.8): the relative L2 bound binds there."""
     import torch
 
     from parity.judge import compare
@@ -385,13 +387,48 @@ def test_the_fa2_kernel_bound_passes_the_measured_errors_and_fails_a_bug_sized_o
     assert not judged(measured * ulp, plain, lse).passed
     bug = judged(0.05 * 4.4, fa2, 10.0)
     assert not bug.passed and any("SDPA" in m for m in bug.failures), bug.failures
-    assert judged(7.9 * ulp, fa2, lse).passed and not judged(8.1 * ulp, fa2, lse).passed  # the price
+    price = 8.0 + fa2.out_score_rel * lse * 4.0 / ulp  # the absolute bound at these scores, in ulps
+    assert price == pytest.approx(42.6 + 8 if dtype == "bfloat16" else 28.9 + 8, abs=0.1)
+    assert judged((price - 0.1) * ulp, fa2, lse).margins["out_ulp"] < 1 < judged((price + 0.1) * ulp, fa2, lse) \
+        .margins["out_ulp"]  # (one element that far off: the relative L2 bound fails it too)
+    assert judged(8.1 * ulp, plain, lse).margins["out_ulp"] > 1  # the default's absolute bound at the same scores
     term = fa2.yardstick_score_rel * 10.0 * 4.0 / ulp  # in ulps, at |LSE| 10
     assert term < (0.02 if dtype == "bfloat16" else 0.7)
     edge = 2 * sdpa_ulp + 2.0 + term + 0.05  # just past the fa2 bound at plain scores
     assert not judged(edge * ulp, fa2, 10.0).passed
     assert any(f"{fa2.yardstick_score_rel:g} x |LSE_ref| 10 x max|O_ref| 4 =" in m
                for m in judged(edge * ulp, fa2, 10.0).failures)
+
+
+def test_the_fa2_kernel_absolute_bound_passes_run_40s_fp16_error_and_fails_a_bug_sized_one():
+    """Session 12 run 40: the fa2 kernel, fp16 over fp8, `huge` scores, 9.14 fp16 ulps of max|O_ref| 20 (past
+    out_max_ulp 8; the yardstick rule passed). `out_score_rel` passes it at any |LSE| past 15 (huge scores
+    give thousands); at plain scores (|LSE| 10) the absolute bound grows by 0.8 ulp, so a bug (one key's weight
+    off by 5% of |v1 - v2| = 4.4, 0.22: 14 fp16 ulps of 20) still fails the absolute bound, and the message
+    names the term and its entry."""
+    import torch
+
+    from parity.judge import compare
+
+    pol = policy_mod.load()
+    fa2, src = pol.for_case("my_lowering", "float16", {"BatchPrefillWithPagedKVCacheKernel": "ran"})
+    plain, _ = pol.for_case("my_lowering", "float16", {})
+    ulp = 2.0 ** -6  # fp16 ulp of 20
+    ref = torch.ones(1, 1, 1, 4096)
+    ref[..., 0] = 20.0
+
+    def judged(err, tol, at_lse):
+        out = ref.clone()
+        out[..., 1] += err
+        lse = torch.full((1, 1, 1), at_lse)
+        return compare("output", out, lse, ref, lse, dtype="float16", tol=tol, bound_from=src.citations())
+
+    assert judged(9.14 * ulp, fa2, 16.0).passed and not judged(9.14 * ulp, plain, 16.0).passed
+    assert fa2.out_score_rel * 10.0 * 20.0 / ulp < 0.8
+    bug = judged(0.22, fa2, 10.0)
+    assert not bug.passed and any("max |O - O_ref|" in m and "6e-05 x |LSE_ref| 10 x max|O_ref| 20" in m
+                                  and "kernel." in m for m in bug.failures), bug.failures
+    assert bug.margins["out_ulp"] > 1
 
 
 def test_a_score_term_past_its_ceiling_is_refused_and_a_defaults_table_may_leave_it_out():
@@ -408,3 +445,7 @@ def test_a_score_term_past_its_ceiling_is_refused_and_a_defaults_table_may_leave
     assert _policy().for_case("x", "bfloat16", {})[0].yardstick_score_rel == 0.0
     with pytest.raises(InvalidInput):
         _policy('[kernel."my_kernel".bfloat16]\nreason = "measured"\nyardstick_score_rel = -1e-6\n')
+    with pytest.raises(InvalidInput) as err:  # the absolute bound's term, under the same ceiling
+        _policy('[kernel."my_kernel".bfloat16]\nreason = "measured"\nout_score_rel = 5e-3\n')
+    assert err.value.where.endswith("out_score_rel") and "sanity ceiling" in err.value.rule
+    assert _policy().for_case("x", "bfloat16", {})[0].out_score_rel == 0.0
