@@ -1,5 +1,5 @@
 # Run 41 (session 13): one H200 call over main at the commit named in the record; .fib/ carried (flashinfer
-# bundle, the pack of the 34 page/cascade/decode/fa2 modules built on the CPU).
+# bundle, the pack of all 42 modules: 34 rebuilt on the CPU this session, fa3's 8 from session 12).
 # Side by side:
 # A. Issue 14: the three wrappers of examples/plugin_wrapped_flashinfer.py (fa2 prefill twice, tensor-core
 #    decode), 2,000 cases each (seed 3), under the kernel-keyed bounds with `out_score_rel`; issue 13: the
