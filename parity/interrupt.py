@@ -18,7 +18,7 @@ loses an interrupt or a report, both seen:
   `raise_if_requested()`, called between cases and in the `--jobs` poll loop, raises it again.
 
 Public: `SIGNALS`, `SigintOnce`, `installed(force) -> context manager`, `requested()`, `raise_if_requested()`,
-`exit_code()`.
+`exit_code()`, `ignored_sigint_notice()`.
 """
 
 from __future__ import annotations
@@ -85,6 +85,18 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
         for s in mine:
             signal.signal(s, previous[s])
         _active = outer
+
+
+def ignored_sigint_notice() -> str | None:
+    """The line `check` prints when SIGINT is ignored in this process (inherited: a script's background job,
+    or a launcher that ignores it), so a SIGINT time limit would not stop it and its report would be lost
+    to the kill that follows (H200 runs 40-41: a `check` stopped by `timeout -s INT` kept running); None
+    when SIGINT is not ignored."""
+    if getattr(signal, "SIGINT", None) is None or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return None
+    return ("dflash-parity: note: SIGINT is ignored in this process (inherited from whatever started it, e.g. a "
+            "script's background job): Ctrl-C or `timeout -s INT` will not stop this check; SIGTERM (timeout's "
+            "default) stops it and writes the report of what ran")
 
 
 def requested() -> bool:

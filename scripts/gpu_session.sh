@@ -74,7 +74,7 @@ fi
 if [[ $STEPS == *check* ]]; then
   echo "== dflash-parity check --device cuda --profile gpu ${CHECK_ARGS:-}"
   start=$(date +%s.%N)
-  timeout -s INT -k 60 ${CHECK_TIMEOUT:-300} python3 -m parity.cli check --device cuda --profile gpu --report /tmp/report \
+  timeout -s TERM -k 60 ${CHECK_TIMEOUT:-300} python3 -m parity.cli check --device cuda --profile gpu --report /tmp/report \
     ${CHECK_ARGS:-} > /tmp/check.log 2>&1
   echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
   grep -v "cases, .* unsupported, .* failed" /tmp/check.log | grep -v "_warn_once\|UserWarning" | tail -70
@@ -85,7 +85,7 @@ if [[ $STEPS == *sweep* ]]; then
   # The fast sweep: every GPU lowering, SWEEP_N cases each, SWEEP_JOBS lowerings at once (one process
   # each), device-built cases, the Triton oracle, no hardening re-runs, JIT modules warmed first in each
   # process. SWEEP_PASSES runs of the same command: the first fills the JIT caches (flashinfer, Triton,
-  # inductor), the later ones are the warm-JIT figure. SIGINT at the time limit: partial reports kept.
+  # inductor), the later ones are the warm-JIT figure. SIGTERM at the time limit (SIGINT may be ignored: see run 41), partial reports kept.
   read -r -a sl <<< "${SWEEP_LOWERINGS:-context[flashinfer-fa2] context[flashinfer-fa3] decode_rows[flashinfer] decode_rows[flashinfer-tc] windowed_merge[flashinfer-eager] windowed_merge[flashinfer-compiled] windowed_merge[flashinfer-triton] windowed_merge[flashinfer-merge_state] hybrid_paged hybrid_paged[splits=4] windowed_merge[triton]}"
   largs=(); for l in "${sl[@]}"; do largs+=(--lowering "$l"); done
   for pass in $(seq 1 ${SWEEP_PASSES:-1}); do
@@ -93,7 +93,7 @@ if [[ $STEPS == *sweep* ]]; then
     start=$(date +%s.%N)
     limit=${SWEEP_TIMEOUT:-240}; [ "$pass" != 1 ] && limit=${SWEEP_TIMEOUT_LATER:-$limit}
     smi_start sweep$pass
-    timeout -s INT -k 60 $limit python3 -m parity.cli check --device cuda --profile gpu --seed 3 \
+    timeout -s TERM -k 60 $limit python3 -m parity.cli check --device cuda --profile gpu --seed 3 \
       --max-examples ${SWEEP_N:-500} --jobs ${SWEEP_JOBS:-11} --warm-up --no-hardening --no-isolate ${SWEEP_EXTRA:-} \
       --report /tmp/sweep$pass "${largs[@]}" > "/tmp/sweep$pass.log" 2>&1
     echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"

@@ -164,3 +164,39 @@ def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path)
     from parity import flakiness as fl
     assert fl.case_size(rep.failures[0].outcome.case) == min(fl.case_size(o.case) for o in failing)
     assert rep.extra[-1].startswith("interrupted while shrinking a failure: the smallest failing case found so far")
+
+
+def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_path):
+    """A script's background job (and, on the H200, the command the device runs) starts with SIGINT ignored;
+    an ignored signal stays ignored (`parity.interrupt`), so `timeout -s INT` did not stop a single-process
+    check there and the kill that followed lost its report (runs 40-41). The check says so at its start, and
+    SIGTERM stops it with its report written (exit 143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    report = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
+                             "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(ln.startswith("  decode_rows: ") for ln in list(lines)):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)  # ignored: the check goes on
+    time.sleep(1.0)
+    assert proc.poll() is None, "".join(lines)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert "SIGINT is ignored in this process" in out and "SIGTERM" in out, out
+    assert proc.returncode == 143, out
+    v = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
+    assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (v["notes"], out)
