@@ -5,6 +5,10 @@ session SIGHUP, Ctrl-C SIGINT. Each raises KeyboardInterrupt; `check` writes the
 interrupted lowering failed as "a partial run, not a verdict") and exits `exit_code()` = 128 + the
 signal's number (130, 143, 129). An ignored signal (`nohup` ignores SIGHUP) stays ignored.
 
+A signal inherited blocked (a launcher's signal mask; the H200 machine's shell blocks SIGINT) is unblocked
+while the handler is installed, and blocked again after: blocked, it never arrives, and the kill that a
+time limit sends next loses the report.
+
 Python's default handler raises KeyboardInterrupt wherever the interpreter happens to be. Two ways that
 loses an interrupt or a report, both seen:
 
@@ -78,10 +82,19 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
     _last_signum = None
     for s in mine:
         signal.signal(s, handler)
+    # A signal the process inherited *blocked* (not ignored: a launcher's mask, e.g. the H200 machine's shell
+    # blocks SIGINT, run 43) would never reach the handler: a `timeout -s INT` limit then kills the check
+    # with its report unwritten (run 40). Unblocked for the block, the mask restored after.
+    mask = getattr(signal, "pthread_sigmask", None)
+    blocked = mask(signal.SIG_BLOCK, []) & set(mine) if mask is not None else set()
+    if blocked:
+        mask(signal.SIG_UNBLOCK, blocked)
     _active = handler
     try:
         yield handler
     finally:
+        if blocked:
+            mask(signal.SIG_BLOCK, blocked)
         for s in mine:
             signal.signal(s, previous[s])
         _active = outer

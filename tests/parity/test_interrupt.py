@@ -200,3 +200,49 @@ def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_pa
     assert proc.returncode == 143, out
     v = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
     assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (v["notes"], out)
+
+
+def test_a_sigint_inherited_blocked_is_unblocked_while_the_check_runs(tmp_path):
+    """The H200 machine's shell blocks SIGINT (its mask, inherited by every process it starts: run 43), so a
+    `timeout -s INT` limit never reached a single-process check and the kill after it lost the report (run
+    40). `installed()` unblocks the signals it handles, and restores the mask after; a check started with
+    SIGINT blocked stops on SIGINT with its report written (exit 130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from parity import interrupt
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with interrupt.installed():
+            assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # as it was given
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    report = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
+                             "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(ln.startswith("  decode_rows: ") for ln in list(lines)):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 130, out
+    v = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
+    assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (v["notes"], out)
