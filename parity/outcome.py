@@ -385,6 +385,8 @@ class LoweringReport:
         }
         if self.shards:
             entry["shards"] = self.shards
+        if self.interrupted:  # written only when true: an entry of a whole run reads as it always did
+            entry["interrupted"] = True
         if family_counts:
             entry[FAMILY_KEYS] = {_family_key(k): n for k, n in self.compile_families.items()}
         return jsonable(entry)
@@ -415,7 +417,7 @@ class LoweringReport:
                   phases={k: float(v) for k, v in (entry.get("phase_seconds") or {}).items()},
                   bounds={k: dict(v) for k, v in (entry.get("bounds") or {}).items()},
                   skipped={k: dict(v) for k, v in (entry.get("skipped") or {}).items()},
-                  shards=int(entry.get("shards", 0) or 0))
+                  shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)))
         _add_drawn(rep.drawn, entry.get("drawn") or {})
         worst = case("worst_case")
         if worst is not None:

@@ -34,7 +34,7 @@ command}`.
         "worst_ulp": float, "worst_ulp_case": CASE|null, "worst_rel_l2": float, "worst_rel_l2_case": CASE|null,
         "compiles": {kernel: int}, "compile_families": int, "max_compiles_in_a_family": int,
         "max_compiles": int|null (the bound per shape family),
-        "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str],
+        "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str], "interrupted": true (only when a signal stopped it),
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
@@ -270,10 +270,13 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
             rows.append([name, "unavailable", "-", "-", "-", "-", "-", "-", "-", "-"])
             continue
         ulp, rel, margin = v["worst_ulp"], v["worst_rel_l2"], v["worst_margin"]
-        if v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
+        status = v["status"].upper() if v["status"] == "fail" else v["status"]
+        if v["status"] == "fail" and v.get("interrupted") and not v["failures"] and v.get("judged"):
+            status = "INTERRUPTED"  # stopped by a signal with nothing failed: what ran, not a verdict
+        elif v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
             figs = (v["failures"][0].get("figures") or {}) if v["failures"] else {}
             ulp, rel, margin = figs.get("out_ulp", "-"), figs.get("out_rel_l2", "-"), figs.get("margin", "-")
-        rows.append([name, v["status"].upper() if v["status"] == "fail" else v["status"], str(v["cases"]),
+        rows.append([name, status, str(v["cases"]),
                      str(len(v["failures"])), str(v["unsupported"]), _fmt(ulp, ".2f"), _fmt(rel, ".2e"),
                      _fmt(margin, ".2f"),
                      f"{v['calls_checked']} ok" if v["status"] == "pass" else str(v["calls_checked"]),

@@ -200,6 +200,26 @@ def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_pa
     assert proc.returncode == 143, out
     v = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
     assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (v["notes"], out)
+    # The table says what it was: interrupted with nothing failed, the worst figures of what ran (not "FAIL", "-").
+    assert v["interrupted"] is True and not v["failures"]
+    row = next(ln for ln in out.splitlines() if ln.startswith("decode_rows "))
+    assert row.split()[1] == "INTERRUPTED" and f"{v['worst_margin']:.2f}" in row, row
+    assert "| decode_rows | INTERRUPTED |" in (report / "summary.md").read_text().replace("  ", " ")
+
+
+def test_the_table_names_an_interruption_and_keeps_a_failure_a_failure():
+    """`table_rows`: interrupted with no failure -> INTERRUPTED and the worst figures of what ran; interrupted
+    after a failure -> FAIL with the failing case's figures; an entry from before the field -> FAIL."""
+    from parity.report import table_rows
+
+    base = {"status": "fail", "cases": 40, "judged": 40, "unsupported": 0, "failures": [], "worst_ulp": 1.5,
+            "worst_rel_l2": 3e-3, "worst_margin": 0.4, "calls_checked": 40, "max_compiles": None, "interrupted": True}
+    failed = dict(base, failures=[{"figures": {"out_ulp": 9.0, "out_rel_l2": 0.02, "margin": 1.1}}])
+    old = {k: x for k, x in base.items() if k != "interrupted"}
+    rows = table_rows({"lowerings": {"a": base, "b": failed, "c": old}})
+    assert rows[1][1:3] == ["INTERRUPTED", "40"] and rows[1][5:8] == ["1.50", "3.00e-03", "0.40"]
+    assert rows[2][1] == "FAIL" and rows[2][5:8] == ["9.00", "2.00e-02", "1.10"]
+    assert rows[3][1] == "FAIL" and rows[3][5:8] == ["-", "-", "-"]
 
 
 def test_a_sigint_inherited_blocked_is_unblocked_while_the_check_runs(tmp_path):
