@@ -16,6 +16,7 @@ from oracle.rules import LOG2E
 FP8 = getattr(torch, "float8_e4m3fn", None)
 # Rows gathered at once are bounded so that memory stays small on long contexts.
 MAX_GATHER_ELEMS = 1 << 24
+GATHER_WINDOW_ONLY = True  # `paged_attention` gathers only a window's keys (False: all of them, for a test)
 
 
 def read_pool(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, layout: str, scale: float,
@@ -83,28 +84,34 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
     lens = torch.tensor(kv_lens, device=dev, dtype=torch.long)
     T = max(int(max(kv_lens)), 1)
-    rows_per = max(1, MAX_GATHER_ELEMS // max(1, T * Hkv * D))
+    # Under a window, a row's visible keys lie in its last `M + window_left` positions: only those are
+    # gathered (from a per-row start), not all T (part A of a windowed merge at 128K keys and a 4K window
+    # gathered 32x what it used: 2.1 s a case on the H200, docs/gpu/2026-12-03-h200-session13.md). Keys
+    # outside the window had weight exactly 0, so only the order of the fp32 sums changes.
+    span = window_left + M if (GATHER_WINDOW_ONLY and window_left >= 0 and window_left + M < T) else T
+    rows_per = max(1, MAX_GATHER_ELEMS // max(1, span * Hkv * D))
     outs, lses = [], []
     for n0 in range(0, N, rows_per):
         n1 = min(N, n0 + rows_per)
-        t = torch.arange(T, device=dev).view(1, -1)
         ln = lens[n0:n1].view(-1, 1)
+        start = torch.clamp(ln - span, min=0) if span < T else torch.zeros_like(ln)
+        t = start + torch.arange(span, device=dev).view(1, -1)  # [n, span] absolute key positions
         valid = t < ln
-        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1).expand(n1 - n0, -1)
+        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1)
         pid = torch.gather(page_table[n0:n1].to(torch.long), 1, col)
         pid = torch.where(valid, pid, torch.zeros_like(pid))
-        slot = (t % page_size).expand(n1 - n0, -1)
+        slot = t % page_size
         k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
         v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
         z = torch.zeros((), dtype=q.dtype, device=dev)
-        k = torch.where(valid.view(n1 - n0, T, 1, 1), k, z)
-        v = torch.where(valid.view(n1 - n0, T, 1, 1), v, z)
+        k = torch.where(valid.view(n1 - n0, span, 1, 1), k, z)
+        v = torch.where(valid.view(n1 - n0, span, 1, 1), v, z)
         pos = ln - M + torch.arange(M, device=dev).view(1, -1)  # [n, M]
-        mask = valid.view(-1, 1, T) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
+        mask = valid.view(-1, 1, span) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
         if window_left >= 0:
-            mask = mask & (t.view(1, 1, T) >= (pos - window_left).unsqueeze(-1))
+            mask = mask & (t.view(-1, 1, span) >= (pos - window_left).unsqueeze(-1))
         if causal:
-            mask = mask & (t.view(1, 1, T) <= pos.unsqueeze(-1))
+            mask = mask & (t.view(-1, 1, span) <= pos.unsqueeze(-1))
         o, lse = attend(q[n0:n1], k, v, mask, scale)
         outs.append(o)
         lses.append(lse)
