@@ -233,11 +233,11 @@ def cmd_check(args) -> int:
     config = config_from_args(args)
     t0 = time.perf_counter()
     session = CheckSession(config, say=None if config.quiet else _say)
-    # The report directory is proven writable and free of links out of it, and locked against another
-    # check, before anything else runs.
     notice = interrupt.ignored_sigint_notice()
     if notice:
         print(notice, file=sys.stderr, flush=True)
+    # The report directory is proven writable and free of links out of it, and locked against another
+    # check, before anything else runs.
     with session.holding_report_dir():
         with interrupt.installed():
             try:

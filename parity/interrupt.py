@@ -105,7 +105,7 @@ def ignored_sigint_notice() -> str | None:
     or a launcher that ignores it), so a SIGINT time limit would not stop it and its report would be lost
     to the kill that follows (H200 runs 40-41: a `check` stopped by `timeout -s INT` kept running); None
     when SIGINT is not ignored."""
-    if getattr(signal, "SIGINT", None) is None or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         return None
     return ("dflash-parity: note: SIGINT is ignored in this process (inherited from whatever started it, e.g. a "
             "script's background job): Ctrl-C or `timeout -s INT` will not stop this check; SIGTERM (timeout's "

@@ -10,6 +10,7 @@ import torch
 
 import lowerings
 from lowerings import paged
+from lowerings.torch_emulation import ensure_block_in_pool
 from oracle.inputs import materialize
 from oracle.reference import attention
 from tests.oracle.oracle_cases import build_case
@@ -57,3 +58,22 @@ def test_the_window_gather_matches_the_full_gather(spec, name, monkeypatch):
     assert float((fast.lse[fin] - full.lse[fin]).abs().max()) <= 1e-5 * (1 + float(full.lse[fin].abs().max()))
     ref = attention(materialize(case, "cpu"))  # and both against the oracle, as a check would judge them
     assert float((fast.out.float() - ref.out).abs().max()) <= 8 * ulp * max(top, 1e-3), T
+
+
+def test_the_comparison_tells_a_window_one_key_short():
+    """The negative control of the test above: the same comparison fails when the window gather drops one
+    visible key (the full gather with `window_left - 1` against the window gather with `window_left`)."""
+    case = build_case((600, 37), 4, 2, 2, 64, 16, window=(31, 31), seed=5)
+    inputs = materialize(case, "cpu")
+    B, K, Hq, D = inputs.q.shape
+    rows = inputs.q.reshape(B * K, 1, Hq, D)
+    table = inputs.page_table.repeat_interleave(K, dim=0)
+    lens = [L + i + 1 for L in case.context_lens for i in range(K)]
+    kw = dict(layout=case.layout, page_size=case.page_size, scale=case.softmax_scale)
+    ensure_block_in_pool(inputs)  # the block's keys at positions L.. of each request, as the lowerings put them
+    good, lse_good = paged.paged_attention(rows, inputs.k_pool, inputs.v_pool, table, lens, window_left=31, **kw)
+    short, lse_short = paged.paged_attention(rows, inputs.k_pool, inputs.v_pool, table, lens, window_left=30, **kw)
+    ulp = 2.0 ** -7
+    top = float(good.float().abs().max())
+    assert float((good.float() - short.float()).abs().max()) > ulp * top
+    assert float((lse_good - lse_short).abs().max()) > 1e-5 * (1 + float(lse_good.abs().max()))

@@ -166,6 +166,26 @@ def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path)
     assert rep.extra[-1].startswith("interrupted while shrinking a failure: the smallest failing case found so far")
 
 
+def _decode_rows_check(report, preexec):
+    """`check --lowering decode_rows` (CPU, in process) in a subprocess started through `preexec`, once it has
+    judged its first case: `(proc, lines, reader)`, its output collected in `lines` by `reader`."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
+                             "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(ln.startswith("  decode_rows: ") for ln in list(lines)):
+        time.sleep(0.1)
+    return proc, lines, reader
+
+
 def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_path):
     """A script's background job (and, on the H200, the command the device runs) starts with SIGINT ignored;
     an ignored signal stays ignored (`parity.interrupt`), so `timeout -s INT` did not stop a single-process
@@ -173,22 +193,13 @@ def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_pa
     SIGTERM stops it with its report written (exit 143)."""
     import os
     import signal
-    import subprocess
-    import sys
-    import threading
     import time
 
+    from parity import interrupt
+
+    assert interrupt.ignored_sigint_notice() is None  # SIGINT handled here (pytest's process): no notice
     report = tmp_path / "rep"
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
-                             "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(ln.startswith("  decode_rows: ") for ln in list(lines)):
-        time.sleep(0.1)
+    proc, lines, reader = _decode_rows_check(report, lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     os.kill(proc.pid, signal.SIGINT)  # ignored: the check goes on
     time.sleep(1.0)
     assert proc.poll() is None, "".join(lines)
@@ -229,10 +240,6 @@ def test_a_sigint_inherited_blocked_is_unblocked_while_the_check_runs(tmp_path):
     SIGINT blocked stops on SIGINT with its report written (exit 130)."""
     import os
     import signal
-    import subprocess
-    import sys
-    import threading
-    import time
 
     from parity import interrupt
 
@@ -245,16 +252,7 @@ def test_a_sigint_inherited_blocked_is_unblocked_while_the_check_runs(tmp_path):
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     report = tmp_path / "rep"
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
-                             "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(ln.startswith("  decode_rows: ") for ln in list(lines)):
-        time.sleep(0.1)
+    proc, lines, reader = _decode_rows_check(report, lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
     os.kill(proc.pid, signal.SIGINT)
     try:
         proc.wait(timeout=120)
