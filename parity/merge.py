@@ -1,8 +1,8 @@
 """`dflash-parity merge DIR... --report OUT`: one report from the reports of a run split over machines.
 
 A sweep that outgrows one GPU box runs as S shards, `dflash-parity check --shard I/S` on S runners: shard
-`I` draws the serial run's cases and judges those whose draw index is `I` modulo S (`parity.sweep.
-sharded_run_case`), so the S shards of a derandomized profile judge each case of the serial run once. A
+`I` draws the serial run's cases and judges those whose draw index is `I` modulo S (a lowering that
+compiles: the cases of every S-th compile family; `parity.sweep.sharded_run_case`), so the S shards of a derandomized profile judge each case of the serial run once. A
 failure is shrunk in the shard that finds it. `merge_reports` checks that the S reports are the shards
 0..S-1 of one run (the same settings but `shard`, the same policy, plugins, torch and commit; anything
 else is refused naming the report and the field) and that none is unfinished, then merges each lowering's

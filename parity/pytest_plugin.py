@@ -19,8 +19,8 @@ the plugin: another suite's unregistered `gpu` marker is never taken as ours).
 
 Several GPUs (pytest-xdist, `pytest -n N`): worker `gwN` runs on GPU `N mod device_count`
 (`parity.gpus`), and each lowering's test is split into N shard items (`test[sdpa-shard1of4]`, ...):
-item `j` judges the cases of the serial run whose draw index is `j` mod N (`parity.sweep.
-sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
+item `j` judges the cases of the serial run whose draw index is `j` mod N (for a lowering that compiles:
+those of every N-th compile family, in order of first appearance; `parity.sweep.sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
 controller (`workeroutput`), which merges them with the merge `check --jobs --shards` uses
 (`parity.jobs.merge_lowering`) into one report and one table in the terminal summary.
 

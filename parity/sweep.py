@@ -88,19 +88,31 @@ def stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., Ca
 
 
 def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],
-                     failing: bool = False) -> Callable[..., CaseOutcome]:
-    """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs those whose draw index is `i`
-    modulo `n` and answers SKIPPED (a pass, to hypothesis) for the rest, so that the `n` shards of a
-    derandomized profile draw the serial run's sequence and together run each of its cases once. After a
-    failure (or from the start, `failing`: a boundary case failed, the draw is to shrink it) it runs every
-    case: hypothesis's shrinking must see each of its attempts judged."""
+                     failing: bool = False, family: Callable[[Case], tuple] | None = None) -> Callable[..., CaseOutcome]:
+    """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs its share and answers SKIPPED
+    (a pass, to hypothesis) for the rest, so that the `n` shards of a derandomized profile draw the serial
+    run's sequence and together run each of its cases once. The share: the draws whose index is `i` modulo
+    `n`, or, given `family(case)` (a lowering that compiles: its compile family), every case of the
+    families whose order of first appearance in the draws is `i` modulo `n` (every shard sees the same
+    draws, so they agree on it), so that each family is compiled in one process only instead of in every
+    shard, and the frequent families, drawn early, are spread over the shards. After a failure (or from the start, `failing`: a boundary case failed, the
+    draw is to shrink it) it runs every case: hypothesis's shrinking must see each of its attempts judged."""
     i, n = shard
     state = {"drawn": 0, "failing": failing}
+    owners: dict[tuple, int] = {}
+
+    def mine(idx: int, case: Case) -> bool:
+        if family is None:
+            return idx % n == i
+        key = family(case)
+        if key not in owners:
+            owners[key] = len(owners) % n
+        return owners[key] == i
 
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
         idx = state["drawn"]
         state["drawn"] += 1
-        if not state["failing"] and idx % n != i:
+        if not state["failing"] and not mine(idx, case):
             return CaseOutcome(lowering.name, case, SKIPPED)
         out = run_case(lowering, case, policy, opts, yardstick)
         state["failing"] = state["failing"] or out.status == "fail"
@@ -237,7 +249,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     `parity.isolation.IsolatedExecutor`) runs each supported case elsewhere, typically in a worker process
     that survives the lowering crashing or hanging; None runs `run_case` in this process. Either way a
     failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
-    `shard=(i, n)` runs every n-th drawn case from the i-th (`sharded_run_case`; 0 <= i < n).
+    `shard=(i, n)` runs every n-th drawn case from the i-th, or for a lowering that compiles the cases of
+    every n-th compile family from the i-th (`sharded_run_case`; 0 <= i < n).
     A hook of the lowering (`available`, `supports`, ...) that raises, exits or hangs fails the lowering at
     once, naming the hook, the time and the case (`parity.hooks`; not shrunk); the caller goes on.
     Each failure is then re-run `flaky_runs` (R) times and classified (`parity.flakiness`: "failed k of R
@@ -334,7 +347,8 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
             return report
 
     if shard is not None:  # after the replays: they run in every shard that is given them
-        run_case = sharded_run_case(run_case, shard, failing=boundary_failure is not None)
+        by_family = None if lowering.max_compiles is None else (lambda c: compile_family(lowering, c))
+        run_case = sharded_run_case(run_case, shard, failing=boundary_failure is not None, family=by_family)
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731

@@ -169,6 +169,55 @@ def test_shards_run_each_case_of_the_serial_run_once():
     assert parts[1] == serial[1::3]  # every third draw, from the shard's index
 
 
+class _Compiling:
+    """decode_rows as a lowering that compiles (`max_compiles`): it notes each compile family it runs."""
+
+    max_compiles = 1
+
+    def __init__(self, lw):
+        self._lw, self.families = lw, set()
+
+    def __getattr__(self, name):
+        return getattr(self._lw, name)
+
+    def run(self, inputs):
+        from parity.case_run import compile_family
+
+        self.families.add(compile_family(self._lw, inputs.case))
+        return self._lw.run(inputs)
+
+
+def test_shards_of_a_compiling_lowering_split_its_families():
+    """A lowering that compiles is sharded by compile family: each family is run (so compiled) in one shard
+    only, the shards together run the serial run's cases once each, and the families compiled over all
+    shards are the serial run's: 11 here, against 16 for the modulo split of the same draws."""
+    import lowerings
+    from parity import policy
+    from oracle.case import Case
+    from parity.case_run import compile_family
+    from parity.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    base = lowerings.get("decode_rows")
+
+    def run(shard):
+        lw, seen = _Compiling(base), []
+        rep = check_lowering(lw, policy.load(None), strategy=cases(base), settings=profile_settings("ci", max_examples=24),
+                             opts=RunOptions(), progress=lambda r, o: seen.append(o.case.to_json()), shard=shard)
+        assert rep.cases == len(seen) and rep.status == "pass"
+        return seen, lw.families
+
+    serial, families = run(None)
+    parts = [run((i, 3)) for i in range(3)]
+    assert sorted(sum((p[0] for p in parts), [])) == sorted(serial) and len(serial) == 24
+    assert sum(len(p[1]) for p in parts) == len(families) > 3  # each family in one shard
+    order = list(dict.fromkeys(compile_family(base, Case.from_json(c)) for c in serial))  # first appearance
+    for i, (_, fams) in enumerate(parts):
+        assert fams == set(order[i::3])  # the k-th new family drawn goes to shard k mod 3
+    by_index = [{compile_family(base, Case.from_json(c)) for c in serial[i::3]} for i in range(3)]
+    assert sum(map(len, by_index)) > len(families)
+
+
 def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
     """A plugin's mutant checked in 3 shards: it fails, shrunk, its file numbered as a serial run's and
     replayable; the entry counts every case once and says it was sharded."""
