@@ -384,7 +384,8 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     lines += drawn_summary_lines(lows)
     for name in failed:
         v = lows[name]
-        lines += ["", f"## `{name}` failed", ""]
+        stopped = v.get("interrupted") and not v["failures"]  # a signal stopped it with nothing failed
+        lines += ["", f"## `{name}` {'interrupted' if stopped else 'failed'}", ""]
         for note in v["notes"]:
             lines.append(f"- {note}")
         for fl in v["failures"]:

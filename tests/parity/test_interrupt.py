@@ -215,7 +215,9 @@ def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_pa
     assert v["interrupted"] is True and not v["failures"]
     row = next(ln for ln in out.splitlines() if ln.startswith("decode_rows "))
     assert row.split()[1] == "INTERRUPTED" and f"{v['worst_margin']:.2f}" in row, row
-    assert "| decode_rows | INTERRUPTED |" in (report / "summary.md").read_text().replace("  ", " ")
+    summary = (report / "summary.md").read_text()
+    assert "| decode_rows | INTERRUPTED |" in summary.replace("  ", " ")
+    assert "## `decode_rows` interrupted" in summary and "## `decode_rows` failed" not in summary
 
 
 def test_the_table_names_an_interruption_and_keeps_a_failure_a_failure():
