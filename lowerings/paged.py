@@ -17,6 +17,7 @@ FP8 = getattr(torch, "float8_e4m3fn", None)
 # Rows gathered at once are bounded so that memory stays small on long contexts.
 MAX_GATHER_ELEMS = 1 << 24
 GATHER_WINDOW_ONLY = True  # `paged_attention` gathers only a window's keys (False: all of them, for a test)
+GROUP_DECODE_ROWS = True  # one gather for consecutive one-query rows on the same page-table row (False: per row)
 
 
 def read_pool(pool: torch.Tensor, pid: torch.Tensor, slot: torch.Tensor, layout: str, scale: float,
@@ -81,6 +82,14 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     dev = q.device
     if N == 0:
         return q.new_zeros(q.shape), torch.zeros((0, M, Hq), device=dev)
+    if GROUP_DECODE_ROWS and M == 1 and N > 1:
+        runs = _same_table_runs(page_table)
+        if len(runs) < N:
+            done = _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, layout=layout,
+                                        page_size=page_size, scale=scale, window_left=window_left,
+                                        k_scale=k_scale, v_scale=v_scale)
+            if done is not None:
+                return done
     Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
     lens = torch.tensor(kv_lens, device=dev, dtype=torch.long)
     T = max(int(max(kv_lens)), 1)
@@ -116,3 +125,79 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         outs.append(o)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses)
+
+
+def _same_table_runs(page_table: torch.Tensor) -> list[tuple[int, int]]:
+    """`[(n0, n1), ...]`: the runs of consecutive rows whose page-table rows are equal (one device sync)."""
+    N = page_table.shape[0]
+    same = (page_table[1:] == page_table[:-1]).all(dim=1).tolist() if N > 1 else []
+    runs, n0 = [], 0
+    for n in range(1, N):
+        if not same[n - 1]:
+            runs.append((n0, n))
+            n0 = n
+    runs.append((n0, N))
+    return runs
+
+
+def _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, *, layout, page_size, scale, window_left,
+                         k_scale, v_scale):
+    """`paged_attention` of one-query rows `q [N, 1, Hq, D]`, the rows of each run in `runs` (consecutive rows
+    on the same page-table row: the K decode rows of one request) read through one gather of the keys the
+    run's rows can see, instead of one gather per row. Each row keeps its own length and window (its own
+    mask), so it attends to exactly the keys it did alone; only the order of the fp32 sums changes. Decode
+    rows at 128K keys gathered each request's keys K times (up to ~44 s a case on the H200, session 14).
+    None where it would read no fewer keys than the rows alone (rows of one run far apart under a window)."""
+    N, _, Hq, D = q.shape
+    dev = q.device
+    Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
+    R = max(n1 - n0 for n0, n1 in runs)
+    G = len(runs)
+    first = [n0 for n0, _ in runs]
+    lens_g = torch.zeros((G, R), dtype=torch.long)  # per group and row slot; 0 for the padding slots
+    rows_g = torch.full((G, R), -1, dtype=torch.long)
+    for g, (n0, n1) in enumerate(runs):
+        lens_g[g, : n1 - n0] = torch.tensor(kv_lens[n0:n1], dtype=torch.long)
+        rows_g[g, : n1 - n0] = torch.arange(n0, n1)
+    real = rows_g >= 0
+    hi = lens_g.max(dim=1).values  # [G] the keys gathered end at the longest row's length
+    lo = torch.where(real, lens_g, torch.full_like(lens_g, 1 << 62)).min(dim=1).values  # [G] shortest real row
+    if GATHER_WINDOW_ONLY and window_left >= 0:  # a row of length n sees keys n-1-W .. n-1
+        start_g = torch.clamp(lo - 1 - window_left, min=0)
+    else:
+        start_g = torch.zeros_like(lo)
+    span = max(int((hi - start_g).max()), 1)
+    T = max(int(max(kv_lens)), 1)
+    row_span = window_left + 1 if (GATHER_WINDOW_ONLY and 0 <= window_left and window_left + 1 < T) else T
+    if G * span >= N * row_span:
+        return None
+    lens_g, rows_g, real, start_g = lens_g.to(dev), rows_g.to(dev), real.to(dev), start_g.to(dev)
+    q_g = q[rows_g.clamp(min=0).view(-1), 0].view(G, R, Hq, D)
+    table_g = page_table[first]
+    groups_per = max(1, MAX_GATHER_ELEMS // max(1, span * max(Hkv * D, Hq * R)))  # the keys and the scores
+    out = q.new_zeros((N, 1, Hq, D))
+    lse = torch.full((N, 1, Hq), float("-inf"), device=dev)
+    for g0 in range(0, G, groups_per):
+        g1 = min(G, g0 + groups_per)
+        t = start_g[g0:g1].view(-1, 1) + torch.arange(span, device=dev).view(1, -1)  # [g, span]
+        ln = lens_g[g0:g1]  # [g, R]
+        valid = t < ln.max(dim=1, keepdim=True).values
+        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1)
+        pid = torch.gather(table_g[g0:g1].to(torch.long), 1, col)
+        pid = torch.where(valid, pid, torch.zeros_like(pid))
+        slot = t % page_size
+        k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
+        v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
+        z = torch.zeros((), dtype=q.dtype, device=dev)
+        k = torch.where(valid.view(g1 - g0, span, 1, 1), k, z)
+        v = torch.where(valid.view(g1 - g0, span, 1, 1), v, z)
+        tt = t.view(-1, 1, span)
+        mask = tt < ln.unsqueeze(-1)  # [g, R, span]: each row its own length
+        if window_left >= 0:
+            mask = mask & (tt >= (ln - 1 - window_left).unsqueeze(-1))
+        o, l2 = attend(q_g[g0:g1], k, v, mask, scale)  # [g, R, Hq, D], [g, R, Hq]
+        keep = real[g0:g1]
+        idx = rows_g[g0:g1][keep]
+        out[idx, 0] = o[keep]
+        lse[idx, 0] = l2[keep]
+    return out, lse
