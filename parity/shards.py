@@ -6,8 +6,9 @@ gets S child `check` processes instead of one. Shard `i` draws the very cases a 
 runs those whose draw index is `i` modulo S (`parity.sweep.sharded_run_case`), so the S shards of a
 derandomized profile run each of the serial run's cases exactly once; a random profile's shards each draw
 their own. For a lowering that compiles (`max_compiles` set) the share is by compile family instead: shard
-`i` runs every case of the families whose order of first appearance in the draws is `i` modulo S, so each
-family compiles in one process. Split by draw index, each of 15 shards compiled nearly every family it
+`i` runs every case of the families whose order of first appearance in the draws is `i` modulo S (where the
+shards draw different cases, a random profile: the families a hash of each gives shard `i`), so each family
+compiles in one process. Split by draw index, each of 15 shards compiled nearly every family it
 saw: 1,931 family compilations for 2,039 `gpu`-profile cases of the `torch.compile` merge, against 312
 families (`scripts/draw_distribution.py`'s draws, seed 3; 121-171 cases a shard by family). A shard that finds a failure shrinks it itself, judging every case hypothesis tries.
 

@@ -11,6 +11,7 @@ isolated worker, `parity.isolation`), `sharded_run_case` (one shard of the draws
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any, Callable, Protocol, Sequence
 
 from lowerings.protocol import Lowering, device_refusal
@@ -87,15 +88,25 @@ def stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., Ca
     return run
 
 
+def shard_of_family(family: tuple, n: int) -> int:
+    """The shard (0 <= s < n) of a compile family where the shards draw different cases: a hash of its text,
+    the same in every process (Python's own `hash` of a string differs between processes)."""
+    return zlib.crc32(repr(family).encode()) % n
+
+
 def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int],
-                     failing: bool = False, family: Callable[[Case], tuple] | None = None) -> Callable[..., CaseOutcome]:
+                     failing: bool = False, family: Callable[[Case], tuple] | None = None,
+                     shared_draws: bool = True) -> Callable[..., CaseOutcome]:
     """`run_case` for shard `i` of `n`: of the cases hypothesis draws, it runs its share and answers SKIPPED
     (a pass, to hypothesis) for the rest, so that the `n` shards of a derandomized profile draw the serial
     run's sequence and together run each of its cases once. The share: the draws whose index is `i` modulo
     `n`, or, given `family(case)` (a lowering that compiles: its compile family), every case of the
     families whose order of first appearance in the draws is `i` modulo `n` (every shard sees the same
     draws, so they agree on it), so that each family is compiled in one process only instead of in every
-    shard, and the frequent families, drawn early, are spread over the shards. After a failure (or from the start, `failing`: a boundary case failed, the
+    shard, and the frequent families, drawn early, are spread over the shards. Where the shards do not draw
+    the same sequence (`shared_draws` False: a random profile without a seed, or one targeted at the worst
+    error), each family goes to the shard `shard_of_family` names, so that every family drawn is still judged
+    by one shard and compiled by one. After a failure (or from the start, `failing`: a boundary case failed, the
     draw is to shrink it) it runs every case: hypothesis's shrinking must see each of its attempts judged."""
     i, n = shard
     state = {"drawn": 0, "failing": failing}
@@ -106,7 +117,7 @@ def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int
             return idx % n == i
         key = family(case)
         if key not in owners:
-            owners[key] = len(owners) % n
+            owners[key] = len(owners) % n if shared_draws else shard_of_family(key, n)
         return owners[key] == i
 
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
@@ -348,7 +359,9 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
 
     if shard is not None:  # after the replays: they run in every shard that is given them
         by_family = None if lowering.max_compiles is None else (lambda c: compile_family(lowering, c))
-        run_case = sharded_run_case(run_case, shard, failing=boundary_failure is not None, family=by_family)
+        shared = (settings.derandomize or seed is not None) and not target  # every shard draws the same cases
+        run_case = sharded_run_case(run_case, shard, failing=boundary_failure is not None, family=by_family,
+                                    shared_draws=shared)
         if progress is not None:
             shown = progress
             progress = lambda rep, out: None if out.status == SKIPPED else shown(rep, out)  # noqa: E731

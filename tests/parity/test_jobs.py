@@ -218,6 +218,41 @@ def test_shards_of_a_compiling_lowering_split_its_families():
     assert sum(map(len, by_index)) > len(families)
 
 
+def test_shards_that_draw_different_cases_split_families_by_their_hash():
+    """Shards of a random profile (no seed, or targeted) draw different sequences: ordering families by first
+    appearance would let each shard own a different 1/S of them, leaving about (1 - 1/S)^S of the families
+    judged by none. There a family goes to the shard its hash names: every family drawn is judged by exactly
+    one shard, whatever order each shard drew them in."""
+    import random
+    from types import SimpleNamespace
+
+    from parity.sweep import shard_of_family, sharded_run_case
+
+    lw = SimpleNamespace(name="x")
+    families = [(k, "bf16", 128) for k in range(40)]
+    judged: dict[int, set] = {}
+    for i in range(4):
+        seq = families * 2
+        random.Random(i).shuffle(seq)  # each shard its own draws
+        seen: set = set()
+        run = sharded_run_case(lambda lw, case, *a: seen.add(case) or SimpleNamespace(status="pass"), (i, 4),
+                               family=lambda c: c, shared_draws=False)
+        for case in seq:
+            run(lw, case, None, None, None)
+        judged[i] = seen
+    assert set().union(*judged.values()) == set(families)
+    assert sum(map(len, judged.values())) == len(families)  # each in one shard
+    assert all(shard_of_family(f, 4) == i for i, fams in judged.items() for f in fams)
+    # the order of first appearance, with these different sequences, would leave families unjudged
+    owned = set()
+    for i in range(4):
+        seq = families * 2
+        random.Random(i).shuffle(seq)
+        order = list(dict.fromkeys(seq))
+        owned |= set(order[i::4])
+    assert owned != set(families)
+
+
 def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
     """A plugin's mutant checked in 3 shards: it fails, shrunk, its file numbered as a serial run's and
     replayable; the entry counts every case once and says it was sharded."""
