@@ -47,6 +47,22 @@ def append_paged_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torc
                 pool[pid, :, slot] = val
 
 
+def _gather_keys(k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, t: torch.Tensor,
+                 valid: torch.Tensor, *, layout: str, page_size: int, k_scale: float, v_scale: float,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values `[n, span, Hkv, D]` in `dtype` at absolute positions `t [n, span]` of page-table rows
+    `table [n, P]`; zeros where `valid [n, span]` is False (page 0 read in their place, never used)."""
+    col = torch.clamp(t // page_size, max=table.shape[1] - 1)
+    pid = torch.gather(table.to(torch.long), 1, col)
+    pid = torch.where(valid, pid, torch.zeros_like(pid))
+    slot = t % page_size
+    z = torch.zeros((), dtype=dtype, device=t.device)
+    n, span = t.shape
+    k = torch.where(valid.view(n, span, 1, 1), read_pool(k_pool, pid, slot, layout, k_scale, dtype), z)
+    v = torch.where(valid.view(n, span, 1, 1), read_pool(v_pool, pid, slot, layout, v_scale, dtype), z)
+    return k, v
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float):
     """Flash-style attention of `q [N, M, Hq, D]` over `k, v [N, T, Hkv, D]` with `mask [N, M, T]`.
 
@@ -106,15 +122,8 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         start = torch.clamp(ln - span, min=0) if span < T else torch.zeros_like(ln)
         t = start + torch.arange(span, device=dev).view(1, -1)  # [n, span] absolute key positions
         valid = t < ln
-        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1)
-        pid = torch.gather(page_table[n0:n1].to(torch.long), 1, col)
-        pid = torch.where(valid, pid, torch.zeros_like(pid))
-        slot = t % page_size
-        k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
-        v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
-        z = torch.zeros((), dtype=q.dtype, device=dev)
-        k = torch.where(valid.view(n1 - n0, span, 1, 1), k, z)
-        v = torch.where(valid.view(n1 - n0, span, 1, 1), v, z)
+        k, v = _gather_keys(k_pool, v_pool, page_table[n0:n1], t, valid, layout=layout, page_size=page_size,
+                            k_scale=k_scale, v_scale=v_scale, dtype=q.dtype)
         pos = ln - M + torch.arange(M, device=dev).view(1, -1)  # [n, M]
         mask = valid.view(-1, 1, span) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
         if window_left >= 0:
@@ -182,15 +191,8 @@ def _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, *, layout
         t = start_g[g0:g1].view(-1, 1) + torch.arange(span, device=dev).view(1, -1)  # [g, span]
         ln = lens_g[g0:g1]  # [g, R]
         valid = t < ln.max(dim=1, keepdim=True).values
-        col = torch.clamp(t // page_size, max=page_table.shape[1] - 1)
-        pid = torch.gather(table_g[g0:g1].to(torch.long), 1, col)
-        pid = torch.where(valid, pid, torch.zeros_like(pid))
-        slot = t % page_size
-        k = read_pool(k_pool, pid, slot, layout, k_scale, q.dtype)
-        v = read_pool(v_pool, pid, slot, layout, v_scale, q.dtype)
-        z = torch.zeros((), dtype=q.dtype, device=dev)
-        k = torch.where(valid.view(g1 - g0, span, 1, 1), k, z)
-        v = torch.where(valid.view(g1 - g0, span, 1, 1), v, z)
+        k, v = _gather_keys(k_pool, v_pool, table_g[g0:g1], t, valid, layout=layout, page_size=page_size,
+                            k_scale=k_scale, v_scale=v_scale, dtype=q.dtype)
         tt = t.view(-1, 1, span)
         mask = tt < ln.unsqueeze(-1)  # [g, R, span]: each row its own length
         if window_left >= 0:
