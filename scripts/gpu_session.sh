@@ -23,6 +23,18 @@ mkdir -p /tmp/jit
 for pack in .fib/jit_cache*.tar.xz; do [ -f "$pack" ] && tar -C /tmp -xJf "$pack" && echo "installed $pack"; done
 python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)"
 STEPS=${STEPS:-tests,check,bench}
+# MPS=1: the steps below run under CUDA MPS (one shared context: the kernels of the side-by-side check processes
+# may run at once instead of taking turns). Not yet run on the lent H200: whether its daemon starts there is
+# what the first such run finds out; it is stopped at the end (no setting of the GPU is changed).
+if [ -n "${MPS:-}" ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    echo "== CUDA MPS daemon started"; trap 'echo quit | nvidia-cuda-mps-control; echo "== CUDA MPS daemon stopped"' EXIT
+  else
+    echo "== CUDA MPS daemon did not start: the steps run without it"; unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
 # The GPU's own view while a step runs: every 500 ms, the share of the time a kernel of any process ran
 # (nvidia-smi's utilization.gpu) and the memory in use; `smi_stop` prints the mean, the median and the
 # share of samples at 90% or more.
