@@ -161,12 +161,13 @@ fi
 if [[ $STEPS == *phase* ]]; then
   # Each phase's own device time (synchronized at its end) and the kernels by device time, per lowering of
   # PHASE_LOWERINGS, alone on the GPU (scripts/gpu_phase_profile.py); PHASE_BEFORE=DIR runs the same with
-  # the code in DIR too (an older tree carried along, e.g. the commit before a speed change).
+  # the code in DIR too (an older tree carried along, e.g. the commit before a speed change); PHASE_EXTRA more
+  # arguments (e.g. `--min-keys 4097`: production-scale cases only).
   read -r -a ph <<< "${PHASE_LOWERINGS:-context[flashinfer-fa2] hybrid_paged}"
   for tree in ${PHASE_BEFORE:-} .; do
     echo "== scripts/gpu_phase_profile.py --cases ${PHASE_N:-40} --kernel-cases ${PHASE_M:-20} (code in $tree) ${ph[*]}"
     timeout -s INT -k 30 ${PHASE_TIMEOUT:-200} python3 "$tree/scripts/gpu_phase_profile.py" --cases ${PHASE_N:-40} \
-      --kernel-cases ${PHASE_M:-20} "${ph[@]}" 2>&1 | grep -v "_warn_once\|UserWarning\|warm-up [0-9]" | tee -a "$OUT/phase.txt"
+      --kernel-cases ${PHASE_M:-20} ${PHASE_EXTRA:-} "${ph[@]}" 2>&1 | grep -v "_warn_once\|UserWarning\|warm-up [0-9]" | tee -a "$OUT/phase.txt"
   done
 fi
 if [[ $STEPS == *bench* ]]; then
