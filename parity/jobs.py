@@ -22,8 +22,9 @@ KeyboardInterrupt (SIGINT, SIGTERM or SIGHUP: `parity.interrupt`) each running c
 to a grace period to write its partial part.
 
 With `shards={name: S}` a lowering is checked by S children, each running a 1/S share of the cases a
-serial run draws (every S-th draw, or every S-th compile family of a lowering that compiles: `parity.shards`); their parts merge into the lowering's one entry (`merge_lowering`,
-also the pytest plugin's merge of its xdist workers' parts).
+serial run draws (every S-th draw, or every S-th compile family of a lowering that compiles:
+`parity.shards`); their parts merge into the lowering's one entry (`merge_lowering`, also the pytest
+plugin's merge of its xdist workers' parts).
 
 Public: `child_argv(config, part)`, `child_env`, `run_jobs(session, names, shards=None) -> (data,
 interrupted)`, `merge_parts(...)`, `merge_lowering(...)`, `part_path(report_dir, name, shard=None)`.

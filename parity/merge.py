@@ -2,14 +2,15 @@
 
 A sweep that outgrows one GPU box runs as S shards, `dflash-parity check --shard I/S` on S runners: shard
 `I` draws the serial run's cases and judges those whose draw index is `I` modulo S (a lowering that
-compiles: the cases of every S-th compile family; `parity.sweep.sharded_run_case`), so the S shards of a derandomized profile judge each case of the serial run once. A
-failure is shrunk in the shard that finds it. `merge_reports` checks that the S reports are the shards
-0..S-1 of one run (the same settings but `shard`, the same policy, plugins, torch and commit; anything
-else is refused naming the report and the field) and that none is unfinished, then merges each lowering's
-entries with the one merge of `parity.outcome` (counts add up, the worst figures are the worst of any
-shard), copies the failure files into `OUT/failures/` (numbered as a serial run numbers them; the inputs
-are left as they are) and writes junit.xml, summary.md and parity.json as `check` does. Its `settings`
-are the shards' without `shard`, so `dflash-parity gate` compares it with a serial baseline like with like.
+compiles: the cases of every S-th compile family; `parity.sweep.sharded_run_case`), so the S shards of a
+derandomized profile judge each case of the serial run once. A failure is shrunk in the shard that finds
+it. `merge_reports` checks that the S reports are the shards 0..S-1 of one run (the same settings but
+`shard`, the same policy, plugins, torch and commit; anything else is refused naming the report and the
+field) and that none is unfinished, then merges each lowering's entries with the one merge of
+`parity.outcome` (counts add up, the worst figures are the worst of any shard), copies the failure files
+into `OUT/failures/` (numbered as a serial run numbers them; the inputs are left as they are) and writes
+junit.xml, summary.md and parity.json as `check` does. Its `settings` are the shards' without `shard`, so
+`dflash-parity gate` compares it with a serial baseline like with like.
 
 Equal to a serial run: verdicts, case counts, worst figures, the shrunk failures, when no lowering
 fails. When one fails, the shards that did not find the failure go on drawing past it: counts then exceed

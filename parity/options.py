@@ -163,7 +163,8 @@ OPTIONS: tuple[Option, ...] = (
            "dtypes=bfloat16,float16 --limit head_dims=64,128; see strategies.Limits)", kind="append",
            metavar="FIELD=V[,V...]"),
     Option("shards", "--shards", "with --jobs: check lowering NAME in S processes, each running a 1/S share of the "
-           "cases a serial run draws, whole compile families where the lowering compiles (for compile-bound lowerings; repeatable; see parity.shards)", kind="append",
+           "cases a serial run draws, whole compile families where the lowering compiles (for compile-bound "
+           "lowerings; repeatable; see parity.shards)", kind="append",
            metavar="NAME=S", pytest=False),
     Option("shard", "--shard", "run shard I of S (0 <= I < S) of the serial run's cases, for a run split over S "
            "machines; `dflash-parity merge` makes one report of the S reports", parse=shard, metavar="I/S"),

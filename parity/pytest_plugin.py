@@ -20,9 +20,10 @@ the plugin: another suite's unregistered `gpu` marker is never taken as ours).
 Several GPUs (pytest-xdist, `pytest -n N`): worker `gwN` runs on GPU `N mod device_count`
 (`parity.gpus`), and each lowering's test is split into N shard items (`test[sdpa-shard1of4]`, ...):
 item `j` judges the cases of the serial run whose draw index is `j` mod N (for a lowering that compiles:
-those of every N-th compile family, in order of first appearance; `parity.sweep.sharded_run_case`), so the workers share every lowering's cases. Each worker sends its parts to the
-controller (`workeroutput`), which merges them with the merge `check --jobs --shards` uses
-(`parity.jobs.merge_lowering`) into one report and one table in the terminal summary.
+those of every N-th compile family, in order of first appearance; `parity.sweep.sharded_run_case`), so the
+workers share every lowering's cases. Each worker sends its parts to the controller (`workeroutput`), which
+merges them with the merge `check --jobs --shards` uses (`parity.jobs.merge_lowering`) into one report and
+one table in the terminal summary.
 
 `--parity-warm-up` (or the ini option `parity_warm_up = true`): after collection, before the first test,
 load every JIT kernel module the session's lowerings need (`parity.warmup.warm_up`); the report is

@@ -263,6 +263,11 @@ def _short_case(cj: dict[str, Any] | None) -> str:
             f"{cj['dtype']}{'/' + cj['kv_dtype'] if cj['kv_dtype'] != cj['dtype'] else ''} w={tuple(w)}")
 
 
+def _stopped_with_nothing_failed(v: dict[str, Any]) -> bool:
+    """A lowering entry a signal stopped before any case failed (its status is "fail": a partial run)."""
+    return v["status"] == "fail" and bool(v.get("interrupted")) and not v["failures"]
+
+
 def table_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = [["lowering", "status", "cases", "fail", "unsup", "worst ulp", "worst rel L2", "margin", "calls", "compiles"]]
     for name, v in data["lowerings"].items():
@@ -271,8 +276,8 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
             continue
         ulp, rel, margin = v["worst_ulp"], v["worst_rel_l2"], v["worst_margin"]
         status = v["status"].upper() if v["status"] == "fail" else v["status"]
-        if v["status"] == "fail" and v.get("interrupted") and not v["failures"] and v.get("judged"):
-            status = "INTERRUPTED"  # stopped by a signal with nothing failed: what ran, not a verdict
+        if _stopped_with_nothing_failed(v) and v.get("judged"):
+            status = "INTERRUPTED"  # what ran, not a verdict
         elif v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
             figs = (v["failures"][0].get("figures") or {}) if v["failures"] else {}
             ulp, rel, margin = figs.get("out_ulp", "-"), figs.get("out_rel_l2", "-"), figs.get("margin", "-")
@@ -384,8 +389,7 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     lines += drawn_summary_lines(lows)
     for name in failed:
         v = lows[name]
-        stopped = v.get("interrupted") and not v["failures"]  # a signal stopped it with nothing failed
-        lines += ["", f"## `{name}` {'interrupted' if stopped else 'failed'}", ""]
+        lines += ["", f"## `{name}` {'interrupted' if _stopped_with_nothing_failed(v) else 'failed'}", ""]
         for note in v["notes"]:
             lines.append(f"- {note}")
         for fl in v["failures"]:

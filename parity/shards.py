@@ -10,7 +10,8 @@ their own. For a lowering that compiles (`max_compiles` set) the share is by com
 shards draw different cases, a random profile: the families a hash of each gives shard `i`), so each family
 compiles in one process. Split by draw index, each of 15 shards compiled nearly every family it
 saw: 1,931 family compilations for 2,039 `gpu`-profile cases of the `torch.compile` merge, against 312
-families (`scripts/draw_distribution.py`'s draws, seed 3; 121-171 cases a shard by family). A shard that finds a failure shrinks it itself, judging every case hypothesis tries.
+families (`scripts/draw_distribution.py`'s draws, seed 3; 121-171 cases a shard by family). A shard that
+finds a failure shrinks it itself, judging every case hypothesis tries.
 
 Each shard writes its entry to `<report>/parts/<lowering>.shard-<i>-of-<S>.json` and works in its own
 directory next to it (its failure files, its case in flight), so shards never write the same file. Only

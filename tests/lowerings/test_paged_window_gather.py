@@ -28,9 +28,7 @@ CASES = [
 @pytest.mark.parametrize("spec", CASES, ids=["nhd-bf16-noncausal", "hnd-fp16", "fp8-window-0"])
 @pytest.mark.parametrize("name", ["context", "windowed_merge[eager]"])  # the lowerings that pass a window
 def test_the_window_gather_matches_the_full_gather(spec, name, monkeypatch):
-    case = build_case(spec["context_lens"], spec["block_size"], spec["num_kv_heads"], spec["group"], spec["head_dim"],
-                      spec["page_size"], **{k: v for k, v in spec.items() if k not in (
-                          "context_lens", "block_size", "num_kv_heads", "group", "head_dim", "page_size")}, seed=5)
+    case = build_case(**spec, seed=5)
     lw = lowerings.get(name)
     if lw.supports(case):
         pytest.skip(f"{name} does not take this window: {lw.supports(case)}")
@@ -119,9 +117,7 @@ def _close(a_out, a_lse, b_out, b_lse, dtype):
 ], ids=["bf16", "hnd-fp16-window", "fp8"])
 @pytest.mark.parametrize("name", ["decode_rows", "windowed_merge[eager]"])  # their rows are one query each
 def test_one_gather_per_request_matches_one_per_row(spec, name, monkeypatch):
-    case = build_case(spec["context_lens"], spec["block_size"], spec["num_kv_heads"], spec["group"], spec["head_dim"],
-                      spec["page_size"], **{k: v for k, v in spec.items() if k not in (
-                          "context_lens", "block_size", "num_kv_heads", "group", "head_dim", "page_size")}, seed=7)
+    case = build_case(**spec, seed=7)
     lw = lowerings.get(name)
     if lw.supports(case):
         pytest.skip(f"{name} does not take this case: {lw.supports(case)}")

@@ -164,6 +164,11 @@ def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path)
     from parity import flakiness as fl
     assert fl.case_size(rep.failures[0].outcome.case) == min(fl.case_size(o.case) for o in failing)
     assert rep.extra[-1].startswith("interrupted while shrinking a failure: the smallest failing case found so far")
+    # Interrupted, but a case failed: a failure in the table and the summary, not "interrupted".
+    from parity.report import summary_md, table_rows, to_json
+    data = to_json([rep], device="cpu", profile="ci", tolerances="t")
+    assert table_rows(data)[1][1] == "FAIL"
+    assert "## `my_windowed_merge` failed" in summary_md(data) and "` interrupted" not in summary_md(data)
 
 
 def _decode_rows_check(report, preexec):

@@ -202,7 +202,8 @@ def test_shards_of_a_compiling_lowering_split_its_families():
 
     def run(shard):
         lw, seen = _Compiling(base), []
-        rep = check_lowering(lw, policy.load(None), strategy=cases(base), settings=profile_settings("ci", max_examples=24),
+        rep = check_lowering(lw, policy.load(None), strategy=cases(base),
+                             settings=profile_settings("ci", max_examples=24),
                              opts=RunOptions(), progress=lambda r, o: seen.append(o.case.to_json()), shard=shard)
         assert rep.cases == len(seen) and rep.status == "pass"
         return seen, lw.families
