@@ -79,7 +79,7 @@ class CheckConfig:
     - where: `jobs` (processes on this host), `threads` (torch CPU threads per process running cases; None:
       `default_threads`), `shards` (`NAME=S` texts: one lowering over S of them),
       `shard` (`(I, S)`: this run is shard I of S of the serial run's cases, for several machines),
-      `warm_up`;
+      `warm_up`, `mps` (the `--jobs` children in one CUDA MPS context: `parity.mps`);
     - reports: `report` (directory; None: no files), `gate_baseline` and `gate_accept` (gate the report
       against a baseline report once written), `allow_nothing_judged`, `quiet`.
     """
@@ -105,6 +105,7 @@ class CheckConfig:
     shards: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
     warm_up: bool = False
+    mps: bool = False
     report: str | None = "parity-report"
     gate_baseline: str | None = None
     gate_accept: tuple[str, ...] = ()
@@ -146,6 +147,10 @@ class CheckConfig:
             object.__setattr__(self, "shard", shard)
         if self.shards and self.jobs < 2:
             raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
+        if self.mps and self.jobs < 2:
+            raise InvalidInput("--mps", "shares one GPU among the --jobs processes: give --jobs N (N >= 2) too")
+        if self.mps and self.device == "cpu":
+            raise InvalidInput("--mps", "shares a GPU among processes (CUDA MPS): it needs --device cuda, got cpu")
         if self.gate_accept and self.gate_baseline is None:
             raise InvalidInput("--gate-accept", "accepts a gate rule: give --gate-baseline DIR too")
         if self.gate_baseline is not None and self.report is None:

@@ -64,14 +64,17 @@ def child_argv(config: Any, part: Any) -> list[str]:
     return [sys.executable, "-m", "parity.session", "--part", part_spec(child, part)]
 
 
-def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
+def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None,
+              mps: dict[str, str] | None = None) -> dict[str, str]:
     """The children's environment: this one, with each child's CPU threads (OpenMP, MKL) capped at its
     share of the cores unless the user set them; `jobs` processes of a full-width thread pool each
-    oversubscribe the cores (measured on 2 cores: 3 jobs took twice as long as one after another)."""
+    oversubscribe the cores (measured on 2 cores: 3 jobs took twice as long as one after another).
+    `mps`: the CUDA MPS daemon's entries (`parity.mps.MpsState.env`), set over this environment's."""
     env = dict(os.environ if environ is None else environ)
     share = str(max(1, (cpus or os.cpu_count() or 1) // jobs))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, share)
+    env.update(mps or {})
     return env
 
 
@@ -172,8 +175,39 @@ def run_jobs(session: Any, names: Sequence[str], shards: dict[str, int] | None =
         part_path(report_dir, t.lowering, t.shard).unlink(missing_ok=True)
         if t.shard is not None:
             shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(t.lowering), t.shard), ignore_errors=True)
-    env = child_env(config.jobs)
     gpus = GpuSlots(visible_gpus() if session.device == "cuda" else 0, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    per_gpu = -(-min(config.jobs, len(tasks)) // max(1, gpus.count))  # processes sharing one GPU at most
+    with _mps_for(session, per_gpu) as mps:
+        return _run_tasks(session, names, tasks, shards, child_env(config.jobs, mps=mps.env), gpus, poll=poll,
+                          grace=grace)
+
+
+def _mps_for(session: Any, per_gpu: int):
+    """`parity.mps.mps_session` under `--mps` (its status in the report's `settings.mps`); else a no-op, with
+    the note that MPS exists when several processes share a GPU."""
+    import contextlib
+
+    from parity import mps as mps_mod
+
+    if not getattr(session.config, "mps", False):
+        if session.device == "cuda":
+            hint = mps_mod.mps_hint(per_gpu)
+            if hint:
+                session.say(f"[jobs] {hint}")
+        return contextlib.nullcontext(mps_mod.MpsState())
+
+    @contextlib.contextmanager
+    def recorded():
+        with mps_mod.mps_session(per_gpu, lambda line: session.say(line)) as state:
+            if session.header is not None:
+                session.header.setdefault("settings", {})["mps"] = state.status
+            yield state
+    return recorded()
+
+
+def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str, int], env: dict[str, str], gpus,
+               *, poll: float, grace: float) -> tuple[dict[str, Any], bool]:
+    config, report_dir, say = session.config, Path(session.config.report), session.say
     exits: dict[str, int | None] = {}
     held: dict[Any, tuple[Any, int | None]] = {}  # task -> (its log file, its GPU)
 

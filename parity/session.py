@@ -374,6 +374,11 @@ class CheckSession:
         selected = self.selected()
         names = [lw.name for lw in selected]
         shard_counts = shards_mod.parse_shards(list(cfg.shards), names)
+        if cfg.mps and self.device != "cuda":
+            from oracle.errors import InvalidInput
+
+            raise InvalidInput("--mps", f"shares a GPU among processes (CUDA MPS): it needs the cuda device, and this "
+                               f"run is on {self.device}")
         # saved failures and cases in flight are read (and refused if bad) before the first case runs
         # (under --jobs, here too: before any child starts)
         replays = {n: self.saved_failures(n, cfg.shard) for n in names}

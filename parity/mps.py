@@ -1,0 +1,135 @@
+"""CUDA MPS for `check --jobs N --mps`: the side-by-side processes share one GPU context instead of taking turns.
+
+Without MPS, the kernels of different processes on one GPU do not run at once: the GPU time-slices between
+their contexts. Measured on the H200 (docs/gpu/2026-12-03-h200-session15.md run 50): the same 16-process sweep
+of four flashinfer lowerings (seed 3, stopped at 150 s) judged 6,450 cases as usual and 10,120 under MPS, 1.57x;
+no case failed in either.
+
+`mps_session(device, processes, say)` is a context manager around the children's lifetime:
+- an MPS control daemon already reachable (its `control` pipe in `$CUDA_MPS_PIPE_DIRECTORY`, default
+  `/tmp/nvidia-mps`) is used as it is, and left running;
+- else a private one is started (`nvidia-cuda-mps-control -d`, its pipe and log directories in a new
+  temporary directory), a child process is shown to create a CUDA context through it (`PROBE`, 120 s at
+  most), and it is stopped (`quit`) when the block ends, an interrupt included;
+- where that fails (no `nvidia-cuda-mps-control` on PATH, the daemon refuses to start, the probe fails) the run
+  goes on without MPS, saying why: MPS changes how fast cases run, never what a case computes or how it
+  is judged.
+It yields an `MpsState`: `env` (the entries each child's environment gets) and `status` (one line, recorded in
+the report's `settings.mps`). Nothing here changes a setting of the GPU.
+
+`mps_hint(processes)`: the note `check --jobs` prints on CUDA when several processes share a GPU without MPS.
+
+Public: `MpsState`, `mps_session`, `reachable_daemon`, `mps_hint`, `CONTROL`, `PROBE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+CONTROL = "nvidia-cuda-mps-control"
+DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
+# A child creates a CUDA context through the daemon: an MPS server that cannot start shows here, not as every
+# check child failing its first case.
+PROBE = [sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"]
+PROBE_SECONDS = 120.0
+MEASURED = "1.57x the cases in the same time on an H200 (docs/gpu/2026-12-03-h200-session15.md run 50)"
+
+
+@dataclass(frozen=True)
+class MpsState:
+    """`env`: entries for each child's environment (empty: the children keep this one's); `status`: what was
+    done, one line for the report (`settings.mps`)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    status: str = "off"
+
+    @property
+    def on(self) -> bool:
+        return self.status.startswith(("started", "already running"))
+
+
+def reachable_daemon(environ: dict[str, str] | None = None) -> str | None:
+    """The pipe directory of an MPS control daemon this environment reaches (its `control` pipe exists), or None."""
+    env = os.environ if environ is None else environ
+    pipe = env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_PIPE_DIRECTORY
+    return pipe if os.path.exists(os.path.join(pipe, "control")) else None
+
+
+def mps_hint(processes: int, environ: dict[str, str] | None = None) -> str | None:
+    """The note for `processes` check processes sharing one GPU without MPS (None when MPS is reachable or
+    there is one process)."""
+    if processes < 2 or reachable_daemon(environ) is not None:
+        return None
+    return (f"note: {processes} processes share the GPU without CUDA MPS, so their kernels take turns; --mps "
+            f"runs them in one shared context ({MEASURED})")
+
+
+def _control(args: list[str], env: dict[str, str], stdin: str | None = None, timeout: float = 30.0):
+    return subprocess.run([CONTROL, *args], env=env, input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+@contextlib.contextmanager
+def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] | None = None,
+                probe_seconds: float = PROBE_SECONDS) -> Iterator[MpsState]:
+    """MPS for `processes` child processes on CUDA (see the module docstring); yields an `MpsState`."""
+    here = reachable_daemon()
+    if here is not None:
+        say(f"[mps] using the CUDA MPS daemon already running (pipe directory {here}); it is left running")
+        yield MpsState({"CUDA_MPS_PIPE_DIRECTORY": here}, f"already running ({here})")
+        return
+    if shutil.which(CONTROL) is None:
+        why = f"{CONTROL} is not on PATH (it comes with the NVIDIA driver's utilities)"
+        say(f"[mps] --mps: {why}; the {processes} processes run without MPS, taking turns on the GPU")
+        yield MpsState({}, f"not used: {why}")
+        return
+    root = Path(tempfile.mkdtemp(prefix="dflash-mps-"))
+    env_add = {"CUDA_MPS_PIPE_DIRECTORY": str(root / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(root / "log")}
+    for d in env_add.values():
+        os.makedirs(d, exist_ok=True)
+    env = {**os.environ, **env_add}
+    state, started = None, False
+    try:
+        try:
+            res = _control(["-d"], env)
+            started = res.returncode == 0
+            why = None if started else f"{CONTROL} -d exited {res.returncode}: {_last_line(res.stderr or res.stdout)}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            why = f"{CONTROL} -d failed: {err}"
+        if why is None:
+            try:
+                res = subprocess.run(probe or PROBE, env=env, capture_output=True, text=True, timeout=probe_seconds)
+                if res.returncode != 0:
+                    why = f"a CUDA context through it failed (exit {res.returncode}: {_last_line(res.stderr)})"
+            except (OSError, subprocess.TimeoutExpired) as err:
+                why = f"a CUDA context through it failed: {err}"
+        if why is not None:
+            say(f"[mps] --mps: {why}; the {processes} processes run without MPS, taking turns on the GPU")
+            state = MpsState({}, f"not used: {why}")
+        else:
+            say(f"[mps] started a CUDA MPS daemon for this run (pipe directory {env_add['CUDA_MPS_PIPE_DIRECTORY']}); "
+                f"it is stopped at the end")
+            state = MpsState(env_add, f"started for this run ({processes} processes)")
+        yield state
+    finally:
+        if started:
+            try:
+                _control([], env, stdin="quit\n")
+                if state is not None and state.on:
+                    say("[mps] stopped the CUDA MPS daemon of this run")
+            except (OSError, subprocess.TimeoutExpired) as err:
+                say(f"[mps] could not stop the MPS daemon of this run ({err}); stop it with "
+                    f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={env_add['CUDA_MPS_PIPE_DIRECTORY']} {CONTROL}`")
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,154 @@
+"""`check --jobs N --mps` (parity/mps.py): a private CUDA MPS daemon started, probed and stopped around the
+children; a daemon already running used and left alone; every failure a line that says why, the run going on
+without MPS. The daemon here is a fake `nvidia-cuda-mps-control` on PATH that logs what it was asked."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from oracle.errors import InvalidInput
+from parity import cli, jobs, mps
+from parity.config import CheckConfig
+
+FAKE = """#!{python}
+import os, sys
+log = os.environ["FAKE_MPS_LOG"]
+pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+if sys.argv[1:] == ["-d"]:
+    open(log, "a").write("start " + pipe + "\\n")
+    code = int(os.environ.get("FAKE_MPS_EXIT", "0"))
+    if code:
+        print("An instance of this daemon is already running", file=sys.stderr)
+        sys.exit(code)
+    open(os.path.join(pipe, "control"), "w").close()
+else:
+    cmd = sys.stdin.read().strip()
+    open(log, "a").write(cmd + " " + pipe + "\\n")
+    if cmd == "quit":
+        os.remove(os.path.join(pipe, "control"))
+"""
+# The probe sees the daemon's pipe through the environment it is given, as a CUDA client would.
+PROBE_OK = [sys.executable, "-c", "import os, sys; "
+            "sys.exit(0 if os.path.exists(os.path.join(os.environ['CUDA_MPS_PIPE_DIRECTORY'], 'control')) else 3)"]
+PROBE_FAILS = [sys.executable, "-c", "import sys; print('cudaErrorMpsConnectionFailed', file=sys.stderr); sys.exit(1)"]
+
+
+@pytest.fixture
+def fake_daemon(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / mps.CONTROL
+    exe.write_text(FAKE.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "daemon.log"
+    log.write_text("")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-daemon-here"))
+    return log
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().split()
+
+
+def test_a_private_daemon_is_started_probed_and_stopped(fake_daemon):
+    said: list[str] = []
+    with mps.mps_session(16, said.append, probe=PROBE_OK) as state:
+        pipe = state.env["CUDA_MPS_PIPE_DIRECTORY"]
+        assert state.on and state.status == "started for this run (16 processes)"
+        assert os.path.exists(os.path.join(pipe, "control"))  # running while the children run
+        assert state.env["CUDA_MPS_LOG_DIRECTORY"].startswith(str(Path(pipe).parent))
+        assert _lines(fake_daemon) == ["start", pipe]
+    assert _lines(fake_daemon) == ["start", pipe, "quit", pipe]
+    assert not Path(pipe).parent.exists()  # its temporary directory removed
+    assert "started a CUDA MPS daemon" in said[0] and "stopped" in said[-1]
+
+
+def test_the_daemon_is_stopped_when_the_run_raises(fake_daemon):
+    with pytest.raises(KeyboardInterrupt):
+        with mps.mps_session(4, lambda line: None, probe=PROBE_OK) as state:
+            raise KeyboardInterrupt
+    assert _lines(fake_daemon)[-2:] == ["quit", state.env["CUDA_MPS_PIPE_DIRECTORY"]]
+
+
+def test_a_daemon_already_running_is_used_and_left_running(fake_daemon, tmp_path, monkeypatch):
+    pipe = tmp_path / "system-mps"
+    pipe.mkdir()
+    (pipe / "control").touch()
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    with mps.mps_session(8, lambda line: None, probe=PROBE_FAILS) as state:
+        assert state.on and state.env == {"CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
+        assert state.status == f"already running ({pipe})"
+    assert _lines(fake_daemon) == []  # never started, never told to quit
+    assert (pipe / "control").exists()
+
+
+@pytest.mark.parametrize("how, expect, stopped", [
+    ("not on PATH", "nvidia-cuda-mps-control is not on PATH (it comes with the NVIDIA driver's utilities)", False),
+    ("refuses to start", "nvidia-cuda-mps-control -d exited 1: An instance of this daemon is already running", False),
+    ("probe fails", "a CUDA context through it failed (exit 1: cudaErrorMpsConnectionFailed)", True),
+])
+def test_without_mps_the_run_goes_on_saying_why(fake_daemon, monkeypatch, how, expect, stopped):
+    if how == "not on PATH":
+        monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                                   if not Path(p, mps.CONTROL).exists()))
+    if how == "refuses to start":
+        monkeypatch.setenv("FAKE_MPS_EXIT", "1")
+    said: list[str] = []
+    with mps.mps_session(16, said.append, probe=PROBE_FAILS if how == "probe fails" else PROBE_OK) as state:
+        assert not state.on and state.env == {}
+        assert state.status == f"not used: {expect}"
+    assert said[0] == f"[mps] --mps: {expect}; the 16 processes run without MPS, taking turns on the GPU"
+    assert ("quit" in _lines(fake_daemon)) is stopped  # a daemon that started is stopped again
+
+
+def test_the_hint_names_mps_only_where_processes_share_a_gpu_without_it(tmp_path):
+    none = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
+    assert "--mps" in mps.mps_hint(2, none) and "1.57x" in mps.mps_hint(16, none)
+    assert mps.mps_hint(1, none) is None
+    (tmp_path / "control").touch()
+    assert mps.mps_hint(16, none) is None
+
+
+def test_jobs_records_the_mps_status_in_the_report_settings(fake_daemon, monkeypatch):
+    monkeypatch.setattr(mps, "PROBE", PROBE_OK)
+    said: list[str] = []
+    session = SimpleNamespace(config=SimpleNamespace(mps=True), device="cuda", say=said.append,
+                              header={"settings": {}})
+    with jobs._mps_for(session, 16) as state:
+        assert state.env["CUDA_MPS_PIPE_DIRECTORY"]
+    assert session.header["settings"]["mps"] == "started for this run (16 processes)"
+    plain = SimpleNamespace(config=SimpleNamespace(mps=False), device="cuda", say=said.append, header=None)
+    with jobs._mps_for(plain, 16) as state:
+        assert state.env == {}
+    assert said[-1].startswith("[jobs] note: 16 processes share the GPU without CUDA MPS")
+    n = len(said)
+    with jobs._mps_for(SimpleNamespace(config=plain.config, device="cpu", say=said.append, header=None), 16):
+        pass
+    assert len(said) == n  # no note on the CPU
+
+
+def test_mps_needs_jobs_and_a_gpu(tmp_path, capsys):
+    with pytest.raises(InvalidInput, match=r"^--mps: .*give --jobs N \(N >= 2\) too"):
+        CheckConfig(mps=True)
+    with pytest.raises(InvalidInput, match=r"^--mps: .*needs --device cuda, got cpu"):
+        CheckConfig(mps=True, jobs=2, device="cpu")
+    code = cli.main(["check", "--device", "cpu", "--jobs", "2", "--mps", "--lowering", "sdpa", "--report",
+                     str(tmp_path / "r")])
+    assert code == 2 and "--mps:" in capsys.readouterr().err
+
+
+def test_the_children_get_the_daemons_pipe_over_their_own(tmp_path):
+    env = jobs.child_env(4, environ={"CUDA_MPS_PIPE_DIRECTORY": "/elsewhere", "PATH": "/bin"}, cpus=8,
+                         mps={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe")})
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(tmp_path / "pipe") and env["PATH"] == "/bin"
+    assert env["OMP_NUM_THREADS"] == "2"
+    assert jobs.child_env(4, environ={"CUDA_MPS_PIPE_DIRECTORY": "/elsewhere"}, cpus=8)["CUDA_MPS_PIPE_DIRECTORY"] \
+        == "/elsewhere"
