@@ -147,8 +147,6 @@ class CheckConfig:
             object.__setattr__(self, "shard", shard)
         if self.shards and self.jobs < 2:
             raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
-        if self.mps and self.jobs < 2:
-            raise InvalidInput("--mps", "shares one GPU among the --jobs processes: give --jobs N (N >= 2) too")
         if self.mps and self.device == "cpu":
             raise InvalidInput("--mps", "shares a GPU among processes (CUDA MPS): it needs --device cuda, got cpu")
         if self.gate_accept and self.gate_baseline is None:

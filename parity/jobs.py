@@ -199,7 +199,8 @@ def _mps_for(session: Any, per_gpu: int):
     @contextlib.contextmanager
     def recorded():
         with mps_mod.mps_session(per_gpu, lambda line: session.say(line)) as state:
-            if session.header is not None:
+            session.mps_status = state.status
+            if session.header is not None:  # written before the daemon was settled
                 session.header.setdefault("settings", {})["mps"] = state.status
             yield state
     return recorded()

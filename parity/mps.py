@@ -18,8 +18,10 @@ It yields an `MpsState`: `env` (the entries each child's environment gets) and `
 the report's `settings.mps`). Nothing here changes a setting of the GPU.
 
 `mps_hint(processes)`: the note `check --jobs` prints on CUDA when several processes share a GPU without MPS.
+`exported(state)`: `state.env` set in this process's environment for the block (pytest-xdist workers, started
+by the controller after its `pytest_configure`, inherit it), the earlier values put back after.
 
-Public: `MpsState`, `mps_session`, `reachable_daemon`, `mps_hint`, `CONTROL`, `PROBE`.
+Public: `MpsState`, `mps_session`, `exported`, `reachable_daemon`, `mps_hint`, `CONTROL`, `PROBE`.
 """
 
 from __future__ import annotations
@@ -133,3 +135,18 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
                 say(f"[mps] could not stop the MPS daemon of this run ({err}); stop it with "
                     f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={env_add['CUDA_MPS_PIPE_DIRECTORY']} {CONTROL}`")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exported(state: MpsState) -> Iterator[MpsState]:
+    """`state.env` in `os.environ` for the block; each entry's earlier value (or its absence) restored after."""
+    before = {k: os.environ.get(k) for k in state.env}
+    os.environ.update(state.env)
+    try:
+        yield state
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

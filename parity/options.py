@@ -158,10 +158,10 @@ OPTIONS: tuple[Option, ...] = (
            "os.cpu_count() // (--jobs x pytest-xdist workers))", parse=positive_int, metavar="N"),
     Option("warm_up", "--warm-up", "load each lowering's JIT kernel modules before its first case, timed apart from "
            "the cases (see parity.warmup)", kind="flag", default=False),
-    Option("mps", "--mps", "with --jobs on cuda: run the processes sharing a GPU under CUDA MPS, one shared context "
-           "instead of taking turns (a daemon already running is used; else one is started for the run and "
-           "stopped at its end; without one the run goes on, saying why; see parity.mps)", kind="flag",
-           default=False, pytest=False),
+    Option("mps", "--mps", "with --jobs on cuda (pytest: with -n N): run the processes sharing a GPU under CUDA MPS, "
+           "one shared context instead of taking turns (a daemon already running is used; else one is started for "
+           "the run and stopped at its end; without one the run goes on, saying why; see parity.mps)", kind="flag",
+           default=False),
     Option("limits", "--limit", "widen or narrow the drawn shapes of every lowering checked, over its own limits on "
            "the device: dtypes, kv_dtypes, head_dims, max_context, max_batch, ... (repeatable; e.g. --limit "
            "dtypes=bfloat16,float16 --limit head_dims=64,128; see strategies.Limits)", kind="append",

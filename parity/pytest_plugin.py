@@ -23,7 +23,8 @@ item `j` judges the cases of the serial run whose draw index is `j` mod N (for a
 those of every N-th compile family, in order of first appearance; `parity.sweep.sharded_run_case`), so the
 workers share every lowering's cases. Each worker sends its parts to the controller (`workeroutput`), which
 merges them with the merge `check --jobs --shards` uses (`parity.jobs.merge_lowering`) into one report and
-one table in the terminal summary.
+one table in the terminal summary. Workers sharing a GPU take turns on it; `--parity-mps` runs them under CUDA
+MPS (`parity.mps`: a daemon already running, or one started before the workers and stopped at the end).
 
 `--parity-warm-up` (or the ini option `parity_warm_up = true`): after collection, before the first test,
 load every JIT kernel module the session's lowerings need (`parity.warmup.warm_up`); the report is
@@ -35,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -201,6 +203,31 @@ def pytest_configure(config: pytest.Config) -> None:
         state.session_().load(probe=cfg.isolate and not _is_worker(config))
     except (InvalidInput, ValueError) as err:  # a plugin file that does not import, a bad tolerance file
         raise pytest.UsageError(pytest_message(str(err))) from None
+    if cfg.mps and not _is_worker(config):
+        _start_mps(config, state)
+
+
+def _start_mps(config: pytest.Config, state: "_State") -> None:
+    """`--parity-mps` on the controller: the pytest-xdist workers sharing a GPU run under CUDA MPS
+    (`parity.mps`): the daemon settled and its pipe exported before xdist starts the workers (they inherit
+    this environment); stopped, and the environment put back, when the session's held resources close."""
+    from parity.gpus import visible_gpus
+    from parity.mps import exported, mps_session
+    from parity.session import default_device
+
+    workers = config.getoption("numprocesses", None)
+    if not isinstance(workers, int) or workers < 2:
+        raise pytest.UsageError("--parity-mps: shares one GPU among pytest-xdist workers: give -n N (N >= 2) too")
+    device = state.config_().device or default_device()
+    if device != "cuda":
+        raise pytest.UsageError(f"--parity-mps: shares a GPU among processes (CUDA MPS): it needs the cuda device, "
+                                f"and this session is on {device}")
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    say = tr.write_line if tr is not None else (lambda line: print(line, file=sys.stderr))
+    per_gpu = -(-workers // max(1, visible_gpus()))
+    mps = state.held.enter_context(mps_session(per_gpu, say))
+    state.held.enter_context(exported(mps))
+    state.session_().mps_status = mps.status
 
 
 _OWNS_GPU = pytest.StashKey[bool]()

@@ -85,6 +85,7 @@ class CheckSession:
         self.policy = None
         self.plugin_of: dict[str, str] = {}  # lowering -> the plugin file that registered it
         self.header: dict[str, Any] | None = None
+        self.mps_status: str | None = None  # `--mps`: parity.mps.MpsState.status, once the daemon is settled
         self.run_id: str | None = None
         self.started: str | None = None
         self.overrides = config.overrides()
@@ -149,6 +150,8 @@ class CheckSession:
         from parity import provenance
 
         extra.setdefault("threads", self.threads)
+        if self.mps_status is not None:  # `--mps`: what parity.mps did
+            extra.setdefault("mps", self.mps_status)
         return provenance.run_settings(self.config, device=self.device, settings=self.config.hypothesis_settings(),
                                        lowerings=names, **extra)
 
@@ -374,11 +377,14 @@ class CheckSession:
         selected = self.selected()
         names = [lw.name for lw in selected]
         shard_counts = shards_mod.parse_shards(list(cfg.shards), names)
-        if cfg.mps and self.device != "cuda":
+        if cfg.mps:
             from oracle.errors import InvalidInput
 
-            raise InvalidInput("--mps", f"shares a GPU among processes (CUDA MPS): it needs the cuda device, and this "
-                               f"run is on {self.device}")
+            if cfg.jobs < 2:
+                raise InvalidInput("--mps", "shares one GPU among the --jobs processes: give --jobs N (N >= 2) too")
+            if self.device != "cuda":
+                raise InvalidInput("--mps", f"shares a GPU among processes (CUDA MPS): it needs the cuda device, and "
+                                   f"this run is on {self.device}")
         # saved failures and cases in flight are read (and refused if bad) before the first case runs
         # (under --jobs, here too: before any child starts)
         replays = {n: self.saved_failures(n, cfg.shard) for n in names}
@@ -393,6 +399,10 @@ class CheckSession:
             data = self.write_parts(data, interrupted=interrupted)
             self.end()
             return data
+        if cfg.mps:
+            self.mps_status = "not used: one process runs the cases (one lowering, no --shards)"
+            self.say(f"[mps] --mps: {self.mps_status[len('not used: '):]}: nothing to share")
+            self.header_for(names)
         where = "in process" if not cfg.isolate else \
             f"isolated, case timeout {cfg.case_timeout or _default_case_timeout():g} s"
         results = []

@@ -15,6 +15,9 @@ import pytest
 from oracle.errors import InvalidInput
 from parity import cli, jobs, mps
 from parity.config import CheckConfig
+from tests.plugin_runs import runpytest
+
+pytest_plugins = ["pytester"]
 
 FAKE = """#!{python}
 import os, sys
@@ -136,13 +139,15 @@ def test_jobs_records_the_mps_status_in_the_report_settings(fake_daemon, monkeyp
 
 
 def test_mps_needs_jobs_and_a_gpu(tmp_path, capsys):
-    with pytest.raises(InvalidInput, match=r"^--mps: .*give --jobs N \(N >= 2\) too"):
-        CheckConfig(mps=True)
     with pytest.raises(InvalidInput, match=r"^--mps: .*needs --device cuda, got cpu"):
         CheckConfig(mps=True, jobs=2, device="cpu")
     code = cli.main(["check", "--device", "cpu", "--jobs", "2", "--mps", "--lowering", "sdpa", "--report",
                      str(tmp_path / "r")])
-    assert code == 2 and "--mps:" in capsys.readouterr().err
+    assert code == 2 and "--mps: shares a GPU among processes (CUDA MPS): it needs --device cuda" \
+        in capsys.readouterr().err
+    code = cli.main(["check", "--mps", "--lowering", "sdpa", "--report", str(tmp_path / "r")])
+    assert code == 2 and "--mps: shares one GPU among the --jobs processes: give --jobs N (N >= 2) too" \
+        in capsys.readouterr().err
 
 
 def test_the_children_get_the_daemons_pipe_over_their_own(tmp_path):
@@ -152,3 +157,46 @@ def test_the_children_get_the_daemons_pipe_over_their_own(tmp_path):
     assert env["OMP_NUM_THREADS"] == "2"
     assert jobs.child_env(4, environ={"CUDA_MPS_PIPE_DIRECTORY": "/elsewhere"}, cpus=8)["CUDA_MPS_PIPE_DIRECTORY"] \
         == "/elsewhere"
+
+
+def test_exported_sets_the_pipe_for_the_block_and_puts_back_what_was_there(monkeypatch):
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/users/own")
+    monkeypatch.delenv("CUDA_MPS_LOG_DIRECTORY", raising=False)
+    state = mps.MpsState({"CUDA_MPS_PIPE_DIRECTORY": "/run/pipe", "CUDA_MPS_LOG_DIRECTORY": "/run/log"}, "started")
+    with mps.exported(state):
+        assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == "/run/pipe" and os.environ["CUDA_MPS_LOG_DIRECTORY"] == "/run/log"
+    assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == "/users/own" and "CUDA_MPS_LOG_DIRECTORY" not in os.environ
+
+
+def test_pytest_mps_needs_xdist_workers_and_a_gpu(pytester):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    res = runpytest(pytester, "--parity-mps")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--parity-mps: shares one GPU among pytest-xdist workers: give -n N (N >= 2) too*"])
+    res = runpytest(pytester, "--parity-mps", "--parity-device", "cpu")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--parity-mps: *needs --parity-device cuda, got cpu*"])
+
+
+def test_pytest_controller_exports_the_daemon_to_its_workers_until_the_session_closes(fake_daemon, monkeypatch):
+    """`--parity-mps -n 4` on the controller (the GPU faked): the daemon started before xdist starts the
+    workers, its pipe in the environment they inherit, the status in the report's settings; all undone when
+    the session's held resources close (sessionfinish / unconfigure)."""
+    import contextlib
+
+    from parity import pytest_plugin
+
+    monkeypatch.setattr(mps, "PROBE", PROBE_OK)
+    own = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    session = SimpleNamespace(mps_status=None)
+    state = SimpleNamespace(config_=lambda: SimpleNamespace(device="cuda"), held=contextlib.ExitStack(),
+                            session_=lambda: session)
+    said: list[str] = []
+    config = SimpleNamespace(getoption=lambda name, default=None: 4 if name == "numprocesses" else default,
+                             pluginmanager=SimpleNamespace(get_plugin=lambda name: SimpleNamespace(write_line=said.append)))
+    pytest_plugin._start_mps(config, state)
+    pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    assert pipe != own and os.path.exists(os.path.join(pipe, "control"))
+    assert session.mps_status == "started for this run (4 processes)" and "started a CUDA MPS daemon" in said[0]
+    state.held.close()
+    assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == own and _lines(fake_daemon)[-2:] == ["quit", pipe]
