@@ -59,9 +59,9 @@ def table(tot: dict[str, dict]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__, file=sys.stderr)
-        return 2
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr if not argv else sys.stdout)
+        return 2 if not argv else 0
     reports = []
     for path in argv:
         try:

@@ -40,3 +40,10 @@ def test_an_unreadable_report_is_named(tmp_path):
     bad.write_text("{not json")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and "x-parity.json: not a readable parity.json" in proc.stderr
+
+
+def test_help_prints_the_usage_and_no_argument_is_an_error():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "python scripts/sum_reports.py REPORT" in proc.stdout
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "python scripts/sum_reports.py REPORT" in proc.stderr
