@@ -333,6 +333,8 @@ def settings_line(data: dict[str, Any]) -> str:
         parts.append("limits " + " ".join(f"`{x}`" for x in st["limits"]))
     if st.get("allow_loose_bounds"):
         parts.append("**bounds past the sanity ceilings allowed**")
+    if st.get("mps"):
+        parts.append(f"CUDA MPS {st['mps']}")
     pol = data.get("policy", {})
     parts.append(f"policy `{pol.get('file', '?')}` sha256 {str(pol.get('sha256', ''))[:12]}")
     if git.get("commit"):

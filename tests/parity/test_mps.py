@@ -200,3 +200,12 @@ def test_pytest_controller_exports_the_daemon_to_its_workers_until_the_session_c
     assert session.mps_status == "started for this run (4 processes)" and "started a CUDA MPS daemon" in said[0]
     state.held.close()
     assert os.environ["CUDA_MPS_PIPE_DIRECTORY"] == own and _lines(fake_daemon)[-2:] == ["quit", pipe]
+
+
+def test_the_summary_settings_line_says_what_mps_did():
+    from parity.report import settings_line
+
+    data = {"settings": {"seed": 3, "max_examples": 10, "hardening": True, "isolation": True}}
+    assert "MPS" not in settings_line(data)
+    data["settings"]["mps"] = "not used: nvidia-cuda-mps-control is not on PATH"
+    assert "; CUDA MPS not used: nvidia-cuda-mps-control is not on PATH;" in settings_line(data)
