@@ -83,10 +83,27 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
+def _daemon_log(log_dir: Path) -> str:
+    """The last line the daemon or its server logged (`control.log`, `server.log`), or ""."""
+    for name in ("server.log", "control.log"):
+        try:
+            text = (log_dir / name).read_text(errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            return _last_line(text)
+    return ""
+
+
 @contextlib.contextmanager
 def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] | None = None,
                 probe_seconds: float = PROBE_SECONDS) -> Iterator[MpsState]:
     """MPS for `processes` child processes on CUDA (see the module docstring); yields an `MpsState`."""
+    if processes < 2:
+        why = "one process per GPU: nothing to share"
+        say(f"[mps] --mps: {why}")
+        yield MpsState({}, f"not used: {why}")
+        return
     here = reachable_daemon()
     if here is not None:
         say(f"[mps] using the CUDA MPS daemon already running (pipe directory {here}); it is left running")
@@ -118,6 +135,9 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
             except (OSError, subprocess.TimeoutExpired) as err:
                 why = f"a CUDA context through it failed: {err}"
         if why is not None:
+            log = _daemon_log(root / "log")
+            if log:
+                why += f" (its log: {log})"
             say(f"[mps] --mps: {why}; the {processes} processes run without MPS, taking turns on the GPU")
             state = MpsState({}, f"not used: {why}")
         else:

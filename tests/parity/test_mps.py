@@ -29,6 +29,9 @@ if sys.argv[1:] == ["-d"]:
     if code:
         print("An instance of this daemon is already running", file=sys.stderr)
         sys.exit(code)
+    logs = os.environ.get("CUDA_MPS_LOG_DIRECTORY")
+    if logs:
+        open(os.path.join(logs, "control.log"), "w").write("[INFO] Starting control daemon\\n")
     open(os.path.join(pipe, "control"), "w").close()
 else:
     cmd = sys.stdin.read().strip()
@@ -96,7 +99,8 @@ def test_a_daemon_already_running_is_used_and_left_running(fake_daemon, tmp_path
 @pytest.mark.parametrize("how, expect, stopped", [
     ("not on PATH", "nvidia-cuda-mps-control is not on PATH (it comes with the NVIDIA driver's utilities)", False),
     ("refuses to start", "nvidia-cuda-mps-control -d exited 1: An instance of this daemon is already running", False),
-    ("probe fails", "a CUDA context through it failed (exit 1: cudaErrorMpsConnectionFailed)", True),
+    ("probe fails", "a CUDA context through it failed (exit 1: cudaErrorMpsConnectionFailed) (its log: [INFO] "
+                    "Starting control daemon)", True),
 ])
 def test_without_mps_the_run_goes_on_saying_why(fake_daemon, monkeypatch, how, expect, stopped):
     if how == "not on PATH":
@@ -209,3 +213,10 @@ def test_the_summary_settings_line_says_what_mps_did():
     assert "MPS" not in settings_line(data)
     data["settings"]["mps"] = "not used: nvidia-cuda-mps-control is not on PATH"
     assert "; CUDA MPS not used: nvidia-cuda-mps-control is not on PATH;" in settings_line(data)
+
+
+def test_one_process_per_gpu_starts_nothing(fake_daemon):
+    said: list[str] = []
+    with mps.mps_session(1, said.append, probe=PROBE_OK) as state:
+        assert state.env == {} and state.status == "not used: one process per GPU: nothing to share"
+    assert _lines(fake_daemon) == [] and said == ["[mps] --mps: one process per GPU: nothing to share"]
