@@ -138,6 +138,9 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
             log = _daemon_log(root / "log")
             if log:
                 why += f" (its log: {log})"
+            if started:  # stopped now, not after the run it does not serve
+                started = False
+                _stop(env, say)
             say(f"[mps] --mps: {why}; the {processes} processes run without MPS, taking turns on the GPU")
             state = MpsState({}, f"not used: {why}")
         else:
@@ -147,14 +150,20 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
         yield state
     finally:
         if started:
-            try:
-                _control([], env, stdin="quit\n")
-                if state is not None and state.on:
-                    say("[mps] stopped the CUDA MPS daemon of this run")
-            except (OSError, subprocess.TimeoutExpired) as err:
-                say(f"[mps] could not stop the MPS daemon of this run ({err}); stop it with "
-                    f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={env_add['CUDA_MPS_PIPE_DIRECTORY']} {CONTROL}`")
+            if _stop(env, say):
+                say("[mps] stopped the CUDA MPS daemon of this run")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _stop(env: dict[str, str], say: Callable[[str], None]) -> bool:
+    """`quit` to the daemon of `env`'s pipe directory; False, with the command to do it by hand said, if that failed."""
+    try:
+        _control([], env, stdin="quit\n")
+        return True
+    except (OSError, subprocess.TimeoutExpired) as err:
+        say(f"[mps] could not stop the MPS daemon of this run ({err}); stop it with "
+            f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={env['CUDA_MPS_PIPE_DIRECTORY']} {CONTROL}`")
+        return False
 
 
 @contextlib.contextmanager
