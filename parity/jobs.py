@@ -176,7 +176,9 @@ def run_jobs(session: Any, names: Sequence[str], shards: dict[str, int] | None =
         if t.shard is not None:
             shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(t.lowering), t.shard), ignore_errors=True)
     gpus = GpuSlots(visible_gpus() if session.device == "cuda" else 0, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    per_gpu = -(-min(config.jobs, len(tasks)) // max(1, gpus.count))  # processes sharing one GPU at most
+    from parity.mps import processes_per_gpu
+
+    per_gpu = processes_per_gpu(min(config.jobs, len(tasks)), gpus.count)
     with _mps_for(session, per_gpu) as mps:
         return _run_tasks(session, names, tasks, shards, child_env(config.jobs, mps=mps.env), gpus, poll=poll,
                           grace=grace)

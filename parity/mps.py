@@ -21,7 +21,8 @@ the report's `settings.mps`). Nothing here changes a setting of the GPU.
 `exported(state)`: `state.env` set in this process's environment for the block (pytest-xdist workers, started
 by the controller after its `pytest_configure`, inherit it), the earlier values put back after.
 
-Public: `MpsState`, `mps_session`, `exported`, `reachable_daemon`, `mps_hint`, `CONTROL`, `PROBE`.
+Public: `MpsState`, `mps_session`, `exported`, `reachable_daemon`, `mps_hint`, `processes_per_gpu`,
+`device_refusal`, `CONTROL`, `PROBE`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,18 @@ class MpsState:
     @property
     def on(self) -> bool:
         return self.status.startswith(("started", "already running"))
+
+
+def processes_per_gpu(processes: int, gpus: int) -> int:
+    """The most of `processes` that share one of `gpus` GPUs when spread round-robin (all of them on 0 or 1 GPU)."""
+    return -(-processes // max(1, gpus))
+
+
+def device_refusal(device: str) -> str | None:
+    """Why `--mps` cannot apply to a run on `device` (None on cuda)."""
+    if device == "cuda":
+        return None
+    return f"shares a GPU among processes (CUDA MPS): it needs the cuda device, and this run is on {device}"
 
 
 def reachable_daemon(environ: dict[str, str] | None = None) -> str | None:

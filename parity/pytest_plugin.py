@@ -212,20 +212,18 @@ def _start_mps(config: pytest.Config, state: "_State") -> None:
     (`parity.mps`): the daemon settled and its pipe exported before xdist starts the workers (they inherit
     this environment); stopped, and the environment put back, when the session's held resources close."""
     from parity.gpus import visible_gpus
-    from parity.mps import exported, mps_session
+    from parity.mps import device_refusal, exported, mps_session, processes_per_gpu
     from parity.session import default_device
 
     workers = config.getoption("numprocesses", None)
     if not isinstance(workers, int) or workers < 2:
         raise pytest.UsageError("--parity-mps: shares one GPU among pytest-xdist workers: give -n N (N >= 2) too")
-    device = state.config_().device or default_device()
-    if device != "cuda":
-        raise pytest.UsageError(f"--parity-mps: shares a GPU among processes (CUDA MPS): it needs the cuda device, "
-                                f"and this session is on {device}")
+    why = device_refusal(state.config_().device or default_device())
+    if why:
+        raise pytest.UsageError(f"--parity-mps: {why}")
     tr = config.pluginmanager.get_plugin("terminalreporter")
     say = tr.write_line if tr is not None else (lambda line: print(line, file=sys.stderr))
-    per_gpu = -(-workers // max(1, visible_gpus()))
-    mps = state.held.enter_context(mps_session(per_gpu, say))
+    mps = state.held.enter_context(mps_session(processes_per_gpu(workers, visible_gpus()), say))
     state.held.enter_context(exported(mps))
     state.session_().mps_status = mps.status
 

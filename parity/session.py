@@ -382,9 +382,11 @@ class CheckSession:
 
             if cfg.jobs < 2:
                 raise InvalidInput("--mps", "shares one GPU among the --jobs processes: give --jobs N (N >= 2) too")
-            if self.device != "cuda":
-                raise InvalidInput("--mps", f"shares a GPU among processes (CUDA MPS): it needs the cuda device, and "
-                                   f"this run is on {self.device}")
+            from parity.mps import device_refusal
+
+            why = device_refusal(self.device)
+            if why:
+                raise InvalidInput("--mps", why)
         # saved failures and cases in flight are read (and refused if bad) before the first case runs
         # (under --jobs, here too: before any child starts)
         replays = {n: self.saved_failures(n, cfg.shard) for n in names}

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from oracle.errors import InvalidInput
 from parity import cli, jobs, mps
@@ -150,6 +151,10 @@ def test_mps_needs_jobs_and_a_gpu(tmp_path, capsys):
                      str(tmp_path / "r")])
     assert code == 2 and "--mps: shares a GPU among processes (CUDA MPS): it needs --device cuda" \
         in capsys.readouterr().err
+    if not torch.cuda.is_available():  # the device resolved at run time, not given
+        code = cli.main(["check", "--jobs", "2", "--mps", "--lowering", "sdpa", "--report", str(tmp_path / "r")])
+        assert code == 2 and "--mps: shares a GPU among processes (CUDA MPS): it needs the cuda device, and this " \
+            "run is on cpu" in capsys.readouterr().err
     code = cli.main(["check", "--mps", "--lowering", "sdpa", "--report", str(tmp_path / "r")])
     assert code == 2 and "--mps: shares one GPU among the --jobs processes: give --jobs N (N >= 2) too" \
         in capsys.readouterr().err
@@ -221,3 +226,7 @@ def test_one_process_per_gpu_starts_nothing(fake_daemon):
     with mps.mps_session(1, said.append, probe=PROBE_OK) as state:
         assert state.env == {} and state.status == "not used: one process per GPU: nothing to share"
     assert _lines(fake_daemon) == [] and said == ["[mps] --mps: one process per GPU: nothing to share"]
+
+
+def test_processes_per_gpu_is_the_most_that_share_one():
+    assert [mps.processes_per_gpu(n, g) for n, g in ((16, 0), (16, 1), (16, 2), (5, 2), (2, 4))] == [16, 16, 8, 3, 1]
