@@ -14,6 +14,12 @@ nothing else uses the device):
 2. M more cases under `torch.profiler` (kernel names off: one profiler at a time): the device time of
    every CUDA kernel and copy, summed per name; prints the total per case and the 20 largest.
 
+`--cprofile N` runs 1 under cProfile and prints its N largest functions by own time (the host's share of each
+phase: Python, launches, the allocator's `cudaMalloc`s inside the ops that need them). `--keep-cache` makes
+`torch.cuda.empty_cache()` a no-op for the run, which `parity.memory.device_lease` otherwise calls after every case
+past `LARGE_SHARE` of the device: then the next large case's tensors come from the allocator's cache instead of
+fresh `cudaMalloc`s. Each run prints the allocator's counters (device allocations and frees, `empty_cache` calls).
+
 `--min-keys L` profiles only cases with a context of at least L keys: the lowering refuses shorter ones
 (`supports`), so the strategy repairs or redraws them (on the CPU, 40 `ci`-profile draws of `decode_rows` with
 L=200: 51 cases judged, none shorter, none unsupported). The production-scale cases alone, which the first
@@ -66,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel-cases", type=int, default=30)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--min-keys", type=int, default=0, help="judge only cases with a context this long or longer")
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N",
+                    help="run the synchronized cases under cProfile and print its N largest functions by own time")
+    ap.add_argument("--keep-cache", action="store_true",
+                    help="torch.cuda.empty_cache() a no-op: large cases reuse the allocator's cached blocks")
     ap.add_argument("lowering", nargs="+")
     args = ap.parse_args(argv)
     if args.min_keys:
@@ -89,12 +99,62 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
     print(f"== the profiler's start-up, once per process: {time.perf_counter() - t0:.2f} s (not charged to any phase)")
     tmp = tempfile.mkdtemp(prefix="phase-profile-")
+    empties = [0, 0.0]
+    real_empty = torch.cuda.empty_cache
+
+    def counted_empty() -> None:
+        t = time.perf_counter()
+        if not args.keep_cache:
+            real_empty()
+        empties[0] += 1
+        empties[1] += time.perf_counter() - t
+
+    torch.cuda.empty_cache = counted_empty
+    per_case: dict[int, dict[str, float]] = {}  # id(outcome) -> phase -> seconds, in the order the cases ran
+    real_exit = case_run._Phase.__exit__
+
+    def timed_exit(phase, *exc) -> None:
+        before = phase.outcome.phases.get(phase.name, 0.0)
+        real_exit(phase, *exc)
+        row = per_case.setdefault(id(phase.outcome), {})
+        row[phase.name] = row.get(phase.name, 0.0) + phase.outcome.phases[phase.name] - before
+
+    case_run._Phase.__exit__ = timed_exit
     for name in args.lowering:
         case_run.phase_barrier = torch.cuda.synchronize
+        empties[:] = [0, 0.0]
+        per_case.clear()
+        stats0 = torch.cuda.memory_stats()
+        prof_host = None
+        if args.cprofile:
+            import cProfile
+
+            prof_host = cProfile.Profile()
+            prof_host.enable()
         try:
             entry = _check(name, args.cases, args.seed, os.path.join(tmp, "synced"))
         finally:
+            if prof_host is not None:
+                prof_host.disable()
             case_run.phase_barrier = None
+        stats1 = torch.cuda.memory_stats()
+        grew = {k: stats1.get(k, 0) - stats0.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+        print(f"== {name}: allocator: {grew['num_device_alloc']} cudaMalloc, {grew['num_device_free']} cudaFree, "
+              f"{grew['num_alloc_retries']} retries; empty_cache called {empties[0]} times, {empties[1]:.2f} s"
+              f"{' (made a no-op by --keep-cache)' if args.keep_cache else ''}")
+        rows = list(per_case.values())
+        for ph in sorted({k for r in rows for k in r}, key=lambda k: -sum(r.get(k, 0.0) for r in rows)):
+            xs = sorted(r.get(ph, 0.0) for r in rows)
+            print(f"   {ph:<13} per case: median {1000 * xs[len(xs) // 2]:7.1f} ms, max {1000 * xs[-1]:7.1f} ms, "
+                  f"first case {1000 * rows[0].get(ph, 0.0):7.1f} ms, sum {sum(xs):6.2f} s over {len(xs)} cases")
+        if prof_host is not None:
+            import io
+            import pstats
+
+            buf = io.StringIO()
+            pstats.Stats(prof_host, stream=buf).sort_stats("tottime").print_stats(args.cprofile)
+            pstats.Stats(prof_host, stream=buf).sort_stats("cumulative").print_stats(r"(parity|lowerings|oracle)/", 40)
+            print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:16000])
         phases = entry.get("phase_seconds") or {}
         cases = entry.get("cases", 0)
         total = sum(phases.values()) or 1.0
