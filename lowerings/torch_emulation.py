@@ -147,7 +147,16 @@ def sdpa_batches(case: Case) -> list[list[int]]:
 def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
     """SDPA over requests `rows` (decreasing `L+K`): out `[n, K, Hq, D]`, LSE `[n, K, Hq]` fp32 base e or None.
     The keys are gathered straight into `[n, Hkv, T, D]`; each (request, KV head) is one item of a 3-D SDPA
-    call `[n*Hkv, G*K, D]`, as each KV head of one request was before batching (the same torch kernel)."""
+    call `[n*Hkv, G*K, D]`, as each KV head of one request was before batching (the same torch kernel).
+
+    SDPA's math backend (the one 3-D inputs take: its fused kernels need 4-D) computes a working-dtype call in
+    fp32: it upcasts q, k and v, turns a boolean mask into an additive one, and casts the output back (and
+    its probabilities, which it then drops). Here the call gets what it would compute: q, k, v upcast, the
+    additive mask (0 / -inf) built once per batch, the output cast to the working dtype after it; the same
+    values go through the same arithmetic, so the output is the same bits
+    (`tests/lowerings/test_yardstick_calls.py` against the form that passed working-dtype tensors), with
+    about a third fewer kernel launches per call: on a GPU the yardstick is launch-bound (docs/performance.md
+    section 4)."""
     c = inputs.case
     ps, K, D, G, Hkv = c.page_size, c.block_size, c.head_dim, c.group_size, c.num_kv_heads
     dev, dt = inputs.device, inputs.q.dtype
@@ -155,18 +164,19 @@ def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
     lens_host = [inputs.context_lens_host[b] for b in rows]
     T = lens_host[0] + K
     whole = rows == list(range(c.batch_size))
-    idx = None if whole else torch.tensor(rows).to(dev, non_blocking=True)
-    pick = (lambda x: x) if whole else (lambda x: x.index_select(0, idx))
-    L = torch.tensor(lens_host).to(dev, non_blocking=True).view(n, 1)
+    # The batch's small index vectors in one host-to-device copy: L [n], the block's request and position
+    # per key (bi, bt: [n*K]) and, unless the batch is the whole case in order, its requests (idx [n]).
+    bt_host = [L_b + j for L_b in lens_host for j in range(K)]
+    bi_host = [i for i in range(n) for _ in range(K)]
+    meta = torch.tensor(lens_host + bi_host + bt_host + ([] if whole else rows)).to(dev, non_blocking=True)
+    L, bi, bt = meta[:n].view(n, 1), meta[n:n + n * K], meta[n + n * K:n + 2 * n * K]
+    pick = (lambda x: x) if whole else (lambda x: x.index_select(0, meta[n + 2 * n * K:]))
     t = torch.arange(T, device=dev).view(1, T)
     ctx = t < L                                                      # [n, T]: a context key of its row
     table = pick(inputs.page_table).to(torch.long)
     pid = torch.where(ctx, torch.gather(table, 1, (t // ps).clamp(max=table.shape[1] - 1).expand(n, T)), 0)
     pid, slot, h = pid.view(n, 1, T), (t % ps).view(1, 1, T), torch.arange(Hkv, device=dev).view(1, Hkv, 1)
     # The block's keys sit right after each row's context, at L_b .. L_b+K-1; keys past L_b+K are padding.
-    bi = torch.arange(n).repeat_interleave(K).tolist()
-    bt = [L_b + j for L_b in lens_host for j in range(K)]
-    bi, bt = (torch.tensor(x).to(dev, non_blocking=True) for x in (bi, bt))
     pad = ~(t < L + K)
     kv = []
     for pool, blk, sc in ((inputs.k_pool, inputs.k_block, c.k_scale), (inputs.v_pool, inputs.v_block, c.v_scale)):
@@ -176,7 +186,8 @@ def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
         x.masked_fill_(pad.view(n, 1, T, 1), 0)  # padding: zeros, never a canary (NaN * 0 is NaN)
         kv.append(x)
     k, v = kv
-    q = pick(inputs.q).transpose(1, 2).reshape(n, Hkv, G * K, D)  # query head h*G + g, row i -> row g*K + i
+    # query head h*G + g, row i -> row g*K + i; upcast as SDPA's math backend would (the same values)
+    q = pick(inputs.q).transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format).view(n, Hkv, G * K, D)
     pos = L.view(n, 1, 1) + torch.arange(K, device=dev).view(1, K, 1)  # [n, K, 1]
     tt = t.view(1, 1, T)
     mask = (tt < L.view(n, 1, 1) + K).expand(n, K, T)
@@ -185,19 +196,27 @@ def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
         mask = mask & (tt >= pos - left)
     if right != -1:
         mask = mask & (tt <= pos + right)
-    mask = mask.repeat(1, G, 1).unsqueeze(1)  # [n, 1, G*K, T]: the same keys for each query head of a KV head
+    # SDPA's own conversion of a boolean mask (0 where visible, -inf elsewhere), once for every head:
+    # [n, G*K, T], the same keys for each query head of a KV head.
+    add_mask = torch.where(mask, 0.0, float("-inf")).repeat(1, G, 1)
     # All KV heads at once, or one at a time past SDPA_GROUPED_ELEMENTS (the same values: each head's
     # attention is computed on its own).
     heads = [(0, Hkv)] if n * c.num_q_heads * T * D <= SDPA_GROUPED_ELEMENTS else [(h, h + 1) for h in range(Hkv)]
     o_parts, lse_parts = [], []
     for h0, h1 in heads:
         m = h1 - h0
-        qh, kh, vh = (x[:, h0:h1].reshape(n * m, -1, D) for x in (q, k, v))
-        mh = mask.expand(n, m, G * K, T).reshape(n * m, G * K, T)
-        o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mh, scale=c.softmax_scale).view(n, m, G * K, D))
+        qh = q[:, h0:h1].reshape(n * m, G * K, D)
+        kh, vh = (x[:, h0:h1].to(torch.float32, memory_format=torch.contiguous_format).view(n * m, T, D) for x in (k, v))
+        if m == 1 or n == 1:  # broadcasts over the heads of one request
+            mh = add_mask
+        else:
+            mh = add_mask.unsqueeze(1).expand(n, m, G * K, T).reshape(n * m, G * K, T)
+        o_parts.append(F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mh, scale=c.softmax_scale)
+                       .to(dt).view(n, m, G * K, D))
         if with_lse:
-            s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) * c.softmax_scale
-            lse_parts.append(torch.logsumexp(s.masked_fill(~mh, float("-inf")), dim=-1).view(n, m, G * K))
+            s = torch.matmul(qh, kh.transpose(-1, -2)) * c.softmax_scale
+            seen = (mh == 0).expand(n * m, G * K, T)
+            lse_parts.append(torch.logsumexp(s.masked_fill(~seen, float("-inf")), dim=-1).view(n, m, G * K))
             del s
     o = torch.cat(o_parts, dim=1).view(n, Hkv, G, K, D).reshape(n, c.num_q_heads, K, D).transpose(1, 2)
     lse = torch.cat(lse_parts, dim=1).view(n, c.num_q_heads, K).transpose(1, 2) if with_lse else None

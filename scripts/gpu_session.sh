@@ -100,7 +100,7 @@ if [[ $STEPS == *sweep* ]]; then
   # inductor), the later ones are the warm-JIT figure. SIGTERM at the time limit (SIGINT may be ignored: see run 41), partial reports kept.
   read -r -a sl <<< "${SWEEP_LOWERINGS:-context[flashinfer-fa2] context[flashinfer-fa3] decode_rows[flashinfer] decode_rows[flashinfer-tc] windowed_merge[flashinfer-eager] windowed_merge[flashinfer-compiled] windowed_merge[flashinfer-triton] windowed_merge[flashinfer-merge_state] hybrid_paged hybrid_paged[splits=4] windowed_merge[triton]}"
   largs=(); for l in "${sl[@]}"; do largs+=(--lowering "$l"); done
-  for pass in $(seq 1 ${SWEEP_PASSES:-1}); do
+  for pass in $(seq ${SWEEP_FIRST_PASS:-1} ${SWEEP_PASSES:-1}); do  # SWEEP_FIRST_PASS=2: a later call's warm pass
     echo "== fast sweep pass $pass: check --jobs ${SWEEP_JOBS:-11} --warm-up --no-hardening --no-isolate --max-examples ${SWEEP_N:-500} ${SWEEP_EXTRA:-} (${#sl[@]} lowerings)"
     start=$(date +%s.%N)
     limit=${SWEEP_TIMEOUT:-240}; [ "$pass" != 1 ] && limit=${SWEEP_TIMEOUT_LATER:-$limit}
