@@ -20,6 +20,12 @@ phase: Python, launches, the allocator's `cudaMalloc`s inside the ops that need 
 past `LARGE_SHARE` of the device: then the next large case's tensors come from the allocator's cache instead of
 fresh `cudaMalloc`s. Each run prints the allocator's counters (device allocations and frees, `empty_cache` calls).
 
+`--hardening` keeps the hardening checks in run 1 (the `gpu` record's default; still in process). Each run of 1
+also prints, per case, the device memory the case peaked at (`torch.cuda.max_memory_allocated` over `run_case`)
+against `parity.footprint.run_bytes`, the estimate a large case leases from the other processes on the GPU
+(`parity.memory.device_lease`): how much of a hardened run's waiting for memory the estimate's margin costs.
+`--kernel-cases 0` skips run 2.
+
 `--min-keys L` profiles only cases with a context of at least L keys: the lowering refuses shorter ones
 (`supports`), so the strategy repairs or redraws them (on the CPU, 40 `ci`-profile draws of `decode_rows` with
 L=200: 51 cases judged, none shorter, none unsupported). The production-scale cases alone, which the first
@@ -42,12 +48,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+HARDENING = False  # --hardening: the synchronized run keeps every hardening check (still in process)
+
+
 def _check(lowering: str, n: int, seed: int, report: str, *extra: str) -> dict:
     from parity import cli
 
     cli.main(["check", "--device", "cuda", "--profile", "gpu", "--seed", str(seed), "--max-examples", str(n),
-              "--no-hardening", "--no-isolate", "--quiet", "--warm-up", "--lowering", lowering, "--report", report,
-              *extra])
+              *([] if HARDENING else ["--no-hardening"]), "--no-isolate", "--quiet", "--warm-up",
+              "--lowering", lowering, "--report", report, *extra])
     return json.load(open(os.path.join(report, "parity.json")))["lowerings"][lowering]
 
 
@@ -76,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the synchronized cases under cProfile and print its N largest functions by own time")
     ap.add_argument("--keep-cache", action="store_true",
                     help="torch.cuda.empty_cache() a no-op: large cases reuse the allocator's cached blocks")
+    ap.add_argument("--hardening", action="store_true", help="keep the hardening checks in the synchronized run")
     ap.add_argument("lowering", nargs="+")
     args = ap.parse_args(argv)
+    global HARDENING
+    HARDENING = args.hardening
     if args.min_keys:
         import lowerings
         from lowerings import registry
@@ -120,10 +132,29 @@ def main(argv: list[str] | None = None) -> int:
         row[phase.name] = row.get(phase.name, 0.0) + phase.outcome.phases[phase.name] - before
 
     case_run._Phase.__exit__ = timed_exit
+    peaks: list[tuple[int, int, str]] = []  # (peak bytes over the case, footprint.run_bytes, case)
+    real_run_case = case_run._run_case
+
+    def measured_run_case(lowering, case, policy, opts, yardstick, t0):
+        from parity import footprint
+
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            return real_run_case(lowering, case, policy, opts, yardstick, t0)
+        finally:
+            torch.cuda.synchronize()
+            profiled = bool(opts.profile_every) and case.seed % opts.profile_every == 0
+            peaks.append((torch.cuda.max_memory_allocated() - base,
+                          footprint.run_bytes(case, hardening=opts.check_determinism, profiled=profiled), case.short()))
+
+    case_run._run_case = measured_run_case
     for name in args.lowering:
         case_run.phase_barrier = torch.cuda.synchronize
         empties[:] = [0, 0.0]
         per_case.clear()
+        peaks.clear()
         stats0 = torch.cuda.memory_stats()
         prof_host = None
         if args.cprofile:
@@ -142,6 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name}: allocator: {grew['num_device_alloc']} cudaMalloc, {grew['num_device_free']} cudaFree, "
               f"{grew['num_alloc_retries']} retries; empty_cache called {empties[0]} times, {empties[1]:.2f} s"
               f"{' (made a no-op by --keep-cache)' if args.keep_cache else ''}")
+        if peaks:
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            from parity.memory import LARGE_SHARE
+
+            leased = [p for p in peaks if p[1] > LARGE_SHARE * total]
+            ratios = sorted(p[0] / p[1] for p in peaks if p[1])
+            print(f"== {name}: device memory per case, peak / footprint.run_bytes: median {ratios[len(ratios) // 2]:.2f}, "
+                  f"max {ratios[-1]:.2f} over {len(ratios)} cases; {len(leased)} past LARGE_SHARE (leased)")
+            for peak, est, short in sorted(peaks, key=lambda p: -p[1])[:8]:
+                print(f"   peak {peak / 2**30:7.2f} GiB of {est / 2**30:7.2f} GiB estimated ({peak / est:.2f})  {short[:100]}")
         rows = list(per_case.values())
         for ph in sorted({k for r in rows for k in r}, key=lambda k: -sum(r.get(k, 0.0) for r in rows)):
             xs = sorted(r.get(ph, 0.0) for r in rows)
@@ -161,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         line = ", ".join(f"{k} {1000 * v / max(1, cases):.1f} ms ({100 * v / total:.0f}%)"
                          for k, v in sorted(phases.items(), key=lambda kv: -kv[1]))
         print(f"== {name}: {cases} cases, phases synchronized: {1000 * total / max(1, cases):.1f} ms per case; {line}")
+        if not args.kernel_cases:
+            continue
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             entry = _check(name, args.kernel_cases, args.seed + 1, os.path.join(tmp, "kernels"), "--kernel-names-every", "0")
         cases = max(1, entry.get("cases", 0))
