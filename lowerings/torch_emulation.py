@@ -109,15 +109,17 @@ class Sdpa(TorchLoweringBase):
         B, K, Hq, D = inputs.q.shape
         out = torch.empty((B, K, Hq, D), dtype=inputs.q.dtype, device=inputs.device)
         lse = torch.empty((B, K, Hq), dtype=torch.float32, device=inputs.device) if with_lse else None
-        for rows in sdpa_batches(c):
+        batches = sdpa_batches(c)
+        metas = batch_index_vectors(inputs, batches)
+        for rows, meta in zip(batches, metas):
             counters.record("torch.sdpa")
-            o, l = _sdpa_batch(inputs, rows, with_lse=with_lse)
+            o, l = _sdpa_batch(inputs, rows, with_lse=with_lse, meta=meta)
             if rows == list(range(B)):  # the whole batch in order: no scatter
                 out.copy_(o)
                 if with_lse:
                     lse.copy_(l)
                 continue
-            at = torch.tensor(rows).to(inputs.device, non_blocking=True)
+            at = meta[-len(rows):]  # the batch's requests
             out.index_copy_(0, at, o)
             if with_lse:
                 lse.index_copy_(0, at, l)
@@ -144,7 +146,26 @@ def sdpa_batches(case: Case) -> list[list[int]]:
     return batches
 
 
-def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
+def batch_index_vectors(inputs: Inputs, batches: list[list[int]]) -> list[torch.Tensor]:
+    """Each batch's small index vectors on the device, `[n + 2*n*K + n]` int64: the requests' `L` (n), the block's
+    request and position per block key (`bi`, `bt`: n*K each) and the requests (n), all batches in ONE
+    host-to-device copy. A copy from pageable host memory waits for the work queued before it, so one per
+    batch kept the host from running ahead of the device (a case of 59 long requests is 59 batches)."""
+    K = inputs.case.block_size
+    flat: list[int] = []
+    sizes = []
+    for rows in batches:
+        n = len(rows)
+        lens = [inputs.context_lens_host[b] for b in rows]
+        flat += lens
+        flat += [i for i in range(n) for _ in range(K)]
+        flat += [L_b + j for L_b in lens for j in range(K)]
+        flat += rows
+        sizes.append(2 * n + 2 * n * K)
+    return list(torch.tensor(flat).to(inputs.device, non_blocking=True).split(sizes))
+
+
+def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta: torch.Tensor | None = None):
     """SDPA over requests `rows` (decreasing `L+K`): out `[n, K, Hq, D]`, LSE `[n, K, Hq]` fp32 base e or None.
     The keys are gathered straight into `[n, Hkv, T, D]`; each (request, KV head) is one item of a 3-D SDPA
     call `[n*Hkv, G*K, D]`, as each KV head of one request was before batching (the same torch kernel).
@@ -164,11 +185,10 @@ def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
     lens_host = [inputs.context_lens_host[b] for b in rows]
     T = lens_host[0] + K
     whole = rows == list(range(c.batch_size))
-    # The batch's small index vectors in one host-to-device copy: L [n], the block's request and position
-    # per key (bi, bt: [n*K]) and, unless the batch is the whole case in order, its requests (idx [n]).
-    bt_host = [L_b + j for L_b in lens_host for j in range(K)]
-    bi_host = [i for i in range(n) for _ in range(K)]
-    meta = torch.tensor(lens_host + bi_host + bt_host + ([] if whole else rows)).to(dev, non_blocking=True)
+    # The batch's small index vectors (`meta`, from `batch_index_vectors`): L [n], the block's request and
+    # position per key (bi, bt: [n*K]) and its requests (idx [n], for a batch other than the whole case in order).
+    if meta is None:  # `batch_index_vectors` for this batch alone
+        meta = batch_index_vectors(inputs, [rows])[0]
     L, bi, bt = meta[:n].view(n, 1), meta[n:n + n * K], meta[n + n * K:n + 2 * n * K]
     pick = (lambda x: x) if whole else (lambda x: x.index_select(0, meta[n + 2 * n * K:]))
     t = torch.arange(T, device=dev).view(1, T)

@@ -241,7 +241,8 @@ def test_the_batched_yardstick_comparison_catches_a_row_scattered_to_another_req
     assert len(torch_emulation.sdpa_batches(case)) == 1
     real = torch_emulation._sdpa_batch
     monkeypatch.setattr(torch_emulation, "_sdpa_batch",
-                        lambda x, rows, with_lse: tuple(t.roll(1, 0) if t is not None else t for t in real(x, rows, with_lse=with_lse)))
+                        lambda x, rows, with_lse, **kw: tuple(t.roll(1, 0) if t is not None else t
+                                                              for t in real(x, rows, with_lse=with_lse, **kw)))
     scattered = Sdpa().run_output(inputs).float()
     monkeypatch.setattr(torch_emulation, "sdpa_batches", lambda c: [[b] for b in range(c.batch_size)])
     alone = Sdpa().run_output(inputs).float()

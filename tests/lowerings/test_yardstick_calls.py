@@ -18,8 +18,9 @@ from oracle.inputs import Inputs, materialize
 from strategies import Limits, build_case, cases
 
 
-def previous_sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool):
-    """`_sdpa_batch` as it was before the fp32 calls (commit b6d5375), unchanged."""
+def previous_sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta=None):
+    """`_sdpa_batch` as it was before the fp32 calls (commit b6d5375), unchanged but for `meta` (the index
+    vectors today's caller copies for every batch at once), which it ignores."""
     c = inputs.case
     ps, K, D, G, Hkv = c.page_size, c.block_size, c.head_dim, c.group_size, c.num_kv_heads
     dev, dt = inputs.device, inputs.q.dtype
