@@ -113,7 +113,7 @@ class Sdpa(TorchLoweringBase):
         metas = batch_index_vectors(inputs, batches)
         for rows, meta in zip(batches, metas):
             counters.record("torch.sdpa")
-            o, l = _sdpa_batch(inputs, rows, with_lse=with_lse, meta=meta)
+            o, l = sdpa_batch(inputs, rows, with_lse=with_lse, meta=meta)
             if rows == list(range(B)):  # the whole batch in order: no scatter
                 out.copy_(o)
                 if with_lse:
@@ -165,7 +165,7 @@ def batch_index_vectors(inputs: Inputs, batches: list[list[int]]) -> list[torch.
     return list(torch.tensor(flat).to(inputs.device, non_blocking=True).split(sizes))
 
 
-def _sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta: torch.Tensor | None = None):
+def sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta: torch.Tensor | None = None):
     """SDPA over requests `rows` (decreasing `L+K`): out `[n, K, Hq, D]`, LSE `[n, K, Hq]` fp32 base e or None.
     The keys are gathered straight into `[n, Hkv, T, D]`; each (request, KV head) is one item of a 3-D SDPA
     call `[n*Hkv, G*K, D]`, as each KV head of one request was before batching (the same torch kernel).

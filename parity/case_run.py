@@ -32,6 +32,15 @@ phase_barrier: Callable[[], None] | None = None
 """Called at the end of every phase when set (`scripts/gpu_phase_profile.py` sets `torch.cuda.synchronize`, so
 that a phase's wall seconds include the device work it queued rather than leaving it to the next phase)."""
 
+phase_observer: Callable[["CaseOutcome", str, float], None] | None = None
+"""Called after every phase block when set, with the case's outcome, the phase and the block's wall seconds (after
+`phase_barrier`): a measurement script's per-case time line (`scripts/gpu_phase_profile.py`)."""
+
+around_case: Callable[[Callable[[], "CaseOutcome"], Case, "RunOptions"], "CaseOutcome"] | None = None
+"""When set, `run_case` hands it the case's judged run as a call (after `supports` and the device lease): it must
+call it once and return its outcome. For measurements around a whole case (`scripts/gpu_phase_profile.py`: the
+device memory a case peaks at)."""
+
 
 class _Phase:
     """`with _Phase(outcome, "oracle"): ...` adds the block's wall seconds to `outcome.phases`."""
@@ -47,6 +56,8 @@ class _Phase:
             phase_barrier()
         dt = time.perf_counter() - self.t0
         self.outcome.phases[self.name] = self.outcome.phases.get(self.name, 0.0) + dt
+        if phase_observer is not None:
+            phase_observer(self.outcome, self.name, dt)
 
 
 def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
@@ -74,7 +85,10 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
     with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
-        outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
+        if around_case is None:
+            outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
+        else:
+            outcome = around_case(lambda: _run_case(lowering, case, policy, opts, yardstick, t0), case, opts)
     if held.waited:
         outcome.phases["wait"] = held.waited
     return outcome

@@ -123,33 +123,29 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.cuda.empty_cache = counted_empty
     per_case: dict[int, dict[str, float]] = {}  # id(outcome) -> phase -> seconds, in the order the cases ran
-    real_exit = case_run._Phase.__exit__
 
-    def timed_exit(phase, *exc) -> None:
-        before = phase.outcome.phases.get(phase.name, 0.0)
-        real_exit(phase, *exc)
-        row = per_case.setdefault(id(phase.outcome), {})
-        row[phase.name] = row.get(phase.name, 0.0) + phase.outcome.phases[phase.name] - before
+    def record_phase(outcome, phase: str, seconds: float) -> None:
+        row = per_case.setdefault(id(outcome), {})
+        row[phase] = row.get(phase, 0.0) + seconds
 
-    case_run._Phase.__exit__ = timed_exit
+    case_run.phase_observer = record_phase
     peaks: list[tuple[int, int, str]] = []  # (peak bytes over the case, footprint.run_bytes, case)
-    real_run_case = case_run._run_case
 
-    def measured_run_case(lowering, case, policy, opts, yardstick, t0):
+    def measured(judged, case, opts):
         from parity import footprint
 
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         try:
-            return real_run_case(lowering, case, policy, opts, yardstick, t0)
+            return judged()
         finally:
             torch.cuda.synchronize()
             profiled = bool(opts.profile_every) and case.seed % opts.profile_every == 0
             peaks.append((torch.cuda.max_memory_allocated() - base,
                           footprint.run_bytes(case, hardening=opts.check_determinism, profiled=profiled), case.short()))
 
-    case_run._run_case = measured_run_case
+    case_run.around_case = measured
     for name in args.lowering:
         case_run.phase_barrier = torch.cuda.synchronize
         empties[:] = [0, 0.0]

@@ -4,8 +4,8 @@
 
 Draws `gpu`-profile cases for `sdpa` with the device's limits (derandomized: the same cases every run), keeps
 those with a context of at least L keys (default 4097: production scale), builds each on the device and runs
-the yardstick both ways: `previous_sdpa_batch` (tests/lowerings/test_yardstick_calls.py, the form that passed
-working-dtype tensors to SDPA) and today's `_sdpa_batch`. For each form: its wall time per case, synchronized
+the yardstick both ways: `previoussdpa_batch` (tests/lowerings/test_yardstick_calls.py, the form that passed
+working-dtype tensors to SDPA) and today's `sdpa_batch`. For each form: its wall time per case, synchronized
 (the median of 3 runs after one unmeasured run), and whether the output and the LSE (`Sdpa.run`) are equal bit for bit.
 Prints one line per case and a summary.
 """
@@ -28,7 +28,7 @@ def _previous():
                                                                                    "test_yardstick_calls.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.previous_sdpa_batch
+    return mod.previoussdpa_batch
 
 
 def _draw(n: int, min_keys: int, device: str) -> list:
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     from oracle.inputs import materialize
 
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-    now_batch, before_batch = torch_emulation._sdpa_batch, _previous()
+    now_batch, before_batch = torch_emulation.sdpa_batch, _previous()
 
     def timed(form, fn):
-        torch_emulation._sdpa_batch = form
+        torch_emulation.sdpa_batch = form
         try:
             fn()
             sync()
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 ts.append(time.perf_counter() - t0)
             return out, statistics.median(ts)
         finally:
-            torch_emulation._sdpa_batch = now_batch
+            torch_emulation.sdpa_batch = now_batch
 
     t0 = time.perf_counter()
     drawn = _draw(args.cases, args.min_keys, args.device)

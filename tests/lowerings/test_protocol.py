@@ -239,8 +239,8 @@ def test_the_batched_yardstick_comparison_catches_a_row_scattered_to_another_req
                            page_table_pad=0, spare_pages=1, extra_pages=0, perm_seed=0, seed=1))
     inputs = materialize(case)
     assert len(torch_emulation.sdpa_batches(case)) == 1
-    real = torch_emulation._sdpa_batch
-    monkeypatch.setattr(torch_emulation, "_sdpa_batch",
+    real = torch_emulation.sdpa_batch
+    monkeypatch.setattr(torch_emulation, "sdpa_batch",
                         lambda x, rows, with_lse, **kw: tuple(t.roll(1, 0) if t is not None else t
                                                               for t in real(x, rows, with_lse=with_lse, **kw)))
     scattered = Sdpa().run_output(inputs).float()
