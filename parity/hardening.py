@@ -153,6 +153,7 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
         return comp.failures
     firsts, seconds = rb.parts_of(first), rb.parts_of(second)
     if rb.differing_parts(firsts, seconds):  # everything it returns: output, LSE, each partial
+        del second_in  # its result is kept; the third and fourth runs need one more set of inputs each, in turn
         try:
             third = call_lowering(lowering, fresh_inputs(lowering, case, opts, pristine=pristine)[0],
                                   CaseOutcome(lowering.name, case, "pass"))
