@@ -3,7 +3,8 @@
     python scripts/bench_draw.py [N]
 
 Draws N (default 150) `gpu`-profile cases for each of four lowerings with their CUDA case limits (no
-GPU needed: only the strategies run) and prints the cases drawn, a SHA-256 prefix of their JSON (equal
+GPU needed: only the strategies run), inside `seed_only_draws()` as `check` draws them (without it hypothesis mixes
+in constants from the source of every module loaded, so adding a module changed the cases), and prints the cases drawn, a SHA-256 prefix of their JSON (equal
 fingerprints: the very same cases) and the milliseconds per case. Used for docs/performance.md.
 """
 
@@ -18,6 +19,7 @@ from hypothesis import given
 import lowerings
 from lowerings.protocol import optional_hook
 from strategies import cases, profile_settings
+from strategies._determinism import seed_only_draws
 
 LOWERINGS = ("decode_rows[flashinfer]", "windowed_merge[flashinfer-eager]", "hybrid_paged", "context")
 
@@ -37,7 +39,8 @@ def main(n: int = 150) -> None:
             count += 1
             digest.update(case.to_json().encode())
 
-        draw()
+        with seed_only_draws():  # as `check` draws: the same cases whatever modules are loaded
+            draw()
     ms = (time.perf_counter() - t0) / count * 1000
     print(f"{count} cases, fingerprint {digest.hexdigest()[:16]}, {ms:.1f} ms per case")
 
