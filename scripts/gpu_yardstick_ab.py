@@ -4,7 +4,7 @@
 
 Draws `gpu`-profile cases for `sdpa` with the device's limits (derandomized: the same cases every run), keeps
 those with a context of at least L keys (default 4097: production scale), builds each on the device and runs
-the yardstick both ways: `previoussdpa_batch` (tests/lowerings/test_yardstick_calls.py, the form that passed
+the yardstick both ways: `previous_sdpa_batch` (tests/lowerings/test_yardstick_calls.py, the form that passed
 working-dtype tensors to SDPA) and today's `sdpa_batch`. For each form: its wall time per case, synchronized
 (the median of 3 runs after one unmeasured run), and whether the output and the LSE (`Sdpa.run`) are equal bit for bit.
 Prints one line per case and a summary.
@@ -28,7 +28,7 @@ def _previous():
                                                                                    "test_yardstick_calls.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.previoussdpa_batch
+    return mod.previous_sdpa_batch
 
 
 def _draw(n: int, min_keys: int, device: str) -> list:

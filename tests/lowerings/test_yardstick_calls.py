@@ -1,7 +1,7 @@
 """The yardstick's SDPA calls (`lowerings.torch_emulation.sdpa_batch`) give the same bits as the form they
 replaced, which passed working-dtype tensors and a boolean mask and let SDPA's math backend upcast, convert
 the mask and cast back (about a third more kernel launches per call; on a GPU the yardstick is launch-bound,
-docs/performance.md section 4). `previoussdpa_batch` below is that form, kept verbatim as the reference.
+docs/performance.md section 4). `previous_sdpa_batch` below is that form, kept verbatim as the reference.
 
 Runs on the CPU in CI (`--parity-device cuda` style runs are the GPU record's: `scripts/gpu_yardstick_ab.py`)."""
 
@@ -18,7 +18,7 @@ from oracle.inputs import Inputs, materialize
 from strategies import Limits, build_case, cases
 
 
-def previoussdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta=None):
+def previous_sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta=None):
     """`sdpa_batch` as it was before the fp32 calls (commit b6d5375), unchanged but for `meta` (the index
     vectors today's caller copies for every batch at once), which it ignores."""
     c = inputs.case
@@ -78,7 +78,7 @@ def both_ways(inputs: Inputs, monkeypatch) -> tuple:
     """(output, LSE) of `Sdpa().run` now and with the previous form patched in."""
     now = Sdpa().run(inputs)
     with monkeypatch.context() as m:
-        m.setattr(torch_emulation, "sdpa_batch", previoussdpa_batch)
+        m.setattr(torch_emulation, "sdpa_batch", previous_sdpa_batch)
         before = Sdpa().run(inputs)
     return now, before
 
@@ -139,6 +139,6 @@ def test_the_comparison_sees_a_mask_one_key_short(monkeypatch):
     now = Sdpa().run(inputs)
     monkeypatch.undo()
     with monkeypatch.context() as m:
-        m.setattr(torch_emulation, "sdpa_batch", previoussdpa_batch)
+        m.setattr(torch_emulation, "sdpa_batch", previous_sdpa_batch)
         before = Sdpa().run(inputs)
     assert not torch.equal(now.out, before.out)
