@@ -84,14 +84,52 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
     why = hooks.call(lowering, "supports", case, case=case)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
-    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+    def judged() -> CaseOutcome:
         if around_case is None:
-            outcome = _run_case(lowering, case, policy, opts, yardstick, t0)
-        else:
-            outcome = around_case(lambda: _run_case(lowering, case, policy, opts, yardstick, t0), case, opts)
-    if held.waited:
-        outcome.phases["wait"] = held.waited
+            return _run_case(lowering, case, policy, opts, yardstick, t0)
+        return around_case(lambda: _run_case(lowering, case, policy, opts, yardstick, t0), case, opts)
+
+    ran_out = None
+    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+        try:
+            outcome = judged()
+        except Exception as err:
+            if not memory.is_out_of_memory(err):
+                raise
+            ran_out = err
+    waited = held.waited
+    if ran_out is not None:
+        outcome, alone_waited = _judged_alone(lowering, case, opts, judged, ran_out)
+        waited += alone_waited
+    if waited:
+        outcome.phases["wait"] = outcome.phases.get("wait", 0.0) + waited
     return outcome
+
+
+def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Callable[[], CaseOutcome],
+                  first: BaseException) -> tuple[CaseOutcome, float]:
+    """A case that ran out of device memory beside other processes, judged again with the device's large-case
+    memory to itself (`device_lease(alone=True)`, after giving back this process's cached blocks): its outcome,
+    noting the retry under `retried`, and the seconds it waited. Out of memory again: a failure that says both
+    times what ran out (a case too large for the device, or a lowering that asks for too much)."""
+    memory.release_cached(opts)
+    with memory.device_lease(case, opts, alone=True) as held:
+        try:
+            outcome = judged()
+        except Exception as err:
+            if not memory.is_out_of_memory(err):
+                raise
+            outcome = CaseOutcome(lowering.name, case, "fail", failures=[
+                f"out of device memory, twice: beside other processes ({_first_line(first)}), then with the "
+                f"device's large-case memory to itself ({_first_line(err)})"])
+    outcome.retried[memory.RETRIED_OOM] = (f"ran out of device memory beside other processes, judged again alone: "
+                                           f"{_first_line(first)}")
+    return outcome, held.waited
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (f"{type(err).__name__}: {text[0]}" if text else type(err).__name__)[:300]
 
 
 def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None,

@@ -19,7 +19,7 @@ from lowerings.protocol import Lowering, LoweringResult, writes_given_output
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize
-from parity import hooks
+from parity import hooks, memory
 
 if TYPE_CHECKING:
     from parity.outcome import CaseOutcome
@@ -88,7 +88,8 @@ def fresh_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str |
 def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
     """`lowering.run(inputs)`, its counted calls, observed flashinfer calls and compilations recorded on
     `outcome`; `LoweringError` when it raises (an exit included) or returns anything but a
-    `LoweringResult` in the case's dtype with its LSE."""
+    `LoweringResult` in the case's dtype with its LSE; `parity.memory.OutOfDeviceMemory` when it runs out of
+    device memory (`parity.case_run.run_case` judges the case again, alone)."""
     from lowerings import flashinfer_observer
 
     flashinfer_observer.install_import_hook()
@@ -102,6 +103,9 @@ def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> L
             raise LoweringError(f"{lowering.name} raised SystemExit({err.code!r}): a lowering must return, "
                                 f"not exit the process") from None
         except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
+            if memory.is_out_of_memory(err):  # the shared device's condition: run_case judges the case again alone
+                raise memory.OutOfDeviceMemory(f"{lowering.name} ran out of device memory: "
+                                               f"{hooks.describe_exception(err, lowering)}") from None
             # where in the lowering's own file (a plugin's), and the innermost frame (torch's, ...)
             raise LoweringError(f"{lowering.name} raised {hooks.describe_exception(err, lowering)}") from None
     outcome.calls = dict(kc.calls)

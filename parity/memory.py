@@ -18,6 +18,33 @@ from typing import Iterator
 
 from parity import footprint
 
+class OutOfDeviceMemory(Exception):
+    """A step of a case ran out of device memory (CUDA): a condition of the shared device, which `run_case`
+    answers by judging the case again with the device's large-case memory to itself, never a verdict by itself."""
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is the device running out of memory: `OutOfDeviceMemory`, torch's `OutOfMemoryError`, or a
+    CUDA error saying so (a kernel library's allocation). A host `MemoryError` is not (nothing to wait for)."""
+    if isinstance(err, OutOfDeviceMemory):
+        return True
+    import torch
+
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    text = str(err).lower()
+    return (oom is not None and isinstance(err, oom)) or ("cuda" in text and "out of memory" in text)
+
+
+def release_cached(opts) -> None:
+    """The allocator's cached blocks back to the device (CUDA), before a case is judged again after running out."""
+    if str(opts.device).startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+RETRIED_OOM = "out of device memory"  # CaseOutcome.retried key: judged again alone after running out
+
 YARDSTICK = "yardstick"
 UNTOUCHED = "untouched-input check"
 RERUN = "determinism and canary re-run"
@@ -149,10 +176,12 @@ def ledger_path(device_index: int):
 class device_lease:
     """`with device_lease(case, opts):` around a case: on CUDA, a large case (see above) waits for its bytes
     in the device's ledger and gives them back after; elsewhere, or with `opts.memory_bytes` set, nothing.
+    `alone=True`: whatever its size, the case leases all of `LEASE_SHARE`, so it waits until no other process
+    holds a lease and no large case starts beside it (a case that ran out of device memory, judged again).
     `waited` holds the seconds it waited."""
 
-    def __init__(self, case, opts) -> None:
-        self.case, self.opts, self.path, self.waited = case, opts, None, 0.0
+    def __init__(self, case, opts, *, alone: bool = False) -> None:
+        self.case, self.opts, self.path, self.waited, self.alone = case, opts, None, 0.0, alone
 
     def __enter__(self) -> "device_lease":
         import time
@@ -166,7 +195,9 @@ class device_lease:
         o = self.opts
         profiled = bool(o.profile_every) and self.case.seed % o.profile_every == 0
         need = footprint.run_bytes(self.case, hardening=o.check_determinism, profiled=profiled)
-        if need <= LARGE_SHARE * total:
+        if self.alone:
+            need = int(LEASE_SHARE * total)
+        elif need <= LARGE_SHARE * total:
             return self
         self.path = ledger_path(index)
         t0 = time.perf_counter()

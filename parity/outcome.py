@@ -104,6 +104,7 @@ class CaseOutcome:
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it did not run (device memory)
+    retried: dict[str, str] = field(default_factory=dict)  # why -> what happened (judged again alone after an OOM)
 
     @property
     def passed(self) -> bool:
@@ -127,6 +128,7 @@ class CaseOutcome:
                 "compiles": dict(self.compiles), "observed": dict(self.observed), "bounds": self.bounds,
                 "bounds_why": self.bounds_why, "seconds": round(self.seconds, 4),
                 "phases": {k: round(v, 5) for k, v in self.phases.items()}, "skipped": dict(self.skipped),
+                **({"retried": dict(self.retried)} if self.retried else {}),
                 "comparisons": [jsonable(c.to_json()) for c in self.comparisons]}
 
     @classmethod
@@ -144,7 +146,7 @@ class CaseOutcome:
                    bounds=data.get("bounds", ""), bounds_why=data.get("bounds_why", ""), reason=data.get("reason", ""),
                    seconds=float(data.get("seconds", 0.0)),
                    phases={k: float(v) for k, v in data.get("phases", {}).items()},
-                   skipped=dict(data.get("skipped", {})))
+                   skipped=dict(data.get("skipped", {})), retried=dict(data.get("retried", {})))
 
     def summary(self) -> str:
         if self.status == "unsupported":
@@ -253,6 +255,7 @@ class LoweringReport:
     bounds: dict[str, dict[str, Any]] = field(default_factory=dict)  # entry label -> {"cases": n, "why": str}
     drawn: dict = field(default_factory=drawn_mod.new)  # histograms of what was drawn (parity.drawn)
     skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
+    retried: dict = field(default_factory=dict)  # why -> {"cases": n, "why": the first case's} (judged again alone)
     shards: int = 0  # the processes it ran in, when more than one (merged parts)
 
     @property
@@ -271,6 +274,7 @@ class LoweringReport:
         self.calls_checked += other.calls_checked
         _add_drawn(self.drawn, other.drawn)
         _add_counted(self.skipped, other.skipped)
+        _add_counted(self.retried, other.retried)
         _add_counted(self.bounds, other.bounds)
         for k, v in other.phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
@@ -300,6 +304,7 @@ class LoweringReport:
         rep = cls(out.lowering, device, "pass", cases=1, phases=dict(out.phases))
         drawn_mod.add(rep.drawn, out.case)
         rep.skipped = {check: {"cases": 1, "why": why} for check, why in out.skipped.items()}
+        rep.retried = {key: {"cases": 1, "why": why} for key, why in out.retried.items()}
         if out.status == "unsupported":
             rep.unsupported = 1
             return rep
@@ -383,6 +388,8 @@ class LoweringReport:
             "bounds": {k: dict(v) for k, v in self.bounds.items()},
             "drawn": self.drawn, "skipped": self.skipped,
         }
+        if self.retried:  # written only when some case was judged again
+            entry["retried"] = self.retried
         if self.shards:
             entry["shards"] = self.shards
         if self.interrupted:  # written only when true: an entry of a whole run reads as it always did
@@ -417,6 +424,7 @@ class LoweringReport:
                   phases={k: float(v) for k, v in (entry.get("phase_seconds") or {}).items()},
                   bounds={k: dict(v) for k, v in (entry.get("bounds") or {}).items()},
                   skipped={k: dict(v) for k, v in (entry.get("skipped") or {}).items()},
+                  retried={k: dict(v) for k, v in (entry.get("retried") or {}).items()},
                   shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)))
         _add_drawn(rep.drawn, entry.get("drawn") or {})
         worst = case("worst_case")

@@ -40,6 +40,8 @@ command}`.
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
                   memory, parity.memory; optional),
+        "retried": {"out of device memory": {"cases": int, "why": str}} (cases that ran out of device memory
+                  beside other processes and were judged again alone, parity.case_run; only when some were),
         "shards": int (optional: the lowering ran in this many shard processes, parity.shards),
         "bounds": {ENTRY: {"cases": int, "why": str}} (the tolerance entries that set its cases' bounds,
                   parity.policy.ToleranceSource.label, and why they applied; optional),
@@ -386,6 +388,9 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
         for check, sk in (v.get("skipped") or {}).items():
             lines.append(f"- `{name}`: {check} skipped on {sk['cases']} case(s) for lack of device memory "
                          f"(first: {sk['why']})")
+        for _, rt in (v.get("retried") or {}).items():
+            lines.append(f"- `{name}`: judged again alone on {rt['cases']} case(s) that ran out of device memory "
+                         f"beside other processes (first: {rt['why']})")
     for entry in data.get("tolerances_unmatched", []):
         lines.append(f"- {unmatched_line(data.get('tolerances') or 'tolerances.toml', entry)}")
     lines += drawn_summary_lines(lows)

@@ -26,6 +26,7 @@ from lowerings.protocol import Lowering, LoweringResult, optional_attribute, opt
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs
+from parity import memory
 from parity.bench import timing as tm
 from parity.bench.shapes import GiB, PoolKeeper, Shape, build_sets, memory_reason, set_case
 from parity.policy import Policy
@@ -220,8 +221,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def _is_oom(err: BaseException) -> bool:
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(err, oom)) or "out of memory" in str(err).lower()
+    return memory.is_out_of_memory(err) or "out of memory" in str(err).lower()
 
 
 def _clear_cuda(device: str) -> None:
