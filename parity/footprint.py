@@ -91,8 +91,28 @@ def yardstick_bytes(case: Shape) -> int:
 
 def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
     """The most `run_case` holds at once for `case` (see the module docstring); `profiled`: its kernel
-    names are read, so without hardening it also keeps a pristine copy of its inputs for that run."""
+    names are read, so without hardening it also keeps a pristine copy of its inputs for that run. The
+    strategies' budget for a drawn case (`Limits.max_case_bytes`): it stays as it is, or the drawn cases change."""
     sets = HARDENED_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
+    return _with_sets(case, sets)
+
+
+HELD_INPUT_SETS = 3  # with hardening, the most input sets run_case holds at once: the inputs, the untouched-input
+# snapshot, and one re-run's (the canary re-run's inputs are released before a third or fourth run, or the
+# isolation run, takes its own: parity.hardening.rerun_failures)
+
+
+def lease_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
+    """What a large case leases from the other processes on a shared GPU (`parity.memory.device_lease`):
+    `run_bytes`' parts with the input sets held at once (`HELD_INPUT_SETS`) instead of every set a case makes.
+    On the H200, hardened production-scale cases peaked at 0.42-0.49 of `run_bytes`
+    (docs/gpu/2026-12-03-h200-session16.md run 55), and waited for leases 43-73% of a `--jobs 16` run's time (run
+    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.case_run`)."""
+    sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
+    return _with_sets(case, sets)
+
+
+def _with_sets(case: Shape, sets: int) -> int:
     return (sets + LOWERING_COPIES) * input_bytes(case) + oracle_bytes(case) + yardstick_bytes(case)
 
 

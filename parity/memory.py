@@ -96,13 +96,14 @@ def fits(outcome, check: str, case, opts, need: int, what: str) -> bool:
 # ---- one device, several processes: admission of the large cases ------------------------------------------
 #
 # `check --jobs N` runs N processes on one GPU, each drawing cases up to `max_case_bytes` (40% of it): two
-# or three large cases at once would not fit, and an out-of-memory error inside a lowering would read as
-# its failure. A case whose footprint passes `LARGE_SHARE` of the device first leases its bytes in a
+# or three large cases at once would not fit. A case whose footprint (`footprint.lease_bytes`: the input sets it
+# holds at once) passes `LARGE_SHARE` of the device first leases its bytes in a
 # ledger shared by every process on that device (a JSON file under a file lock: pid -> bytes), and waits
 # until the leases held, its own included, fit in `LEASE_SHARE` of the device (a case alone always runs).
 # Small cases do not queue: together they stay below the rest. After a large case the process returns
 # its cached blocks to the device (`torch.cuda.empty_cache()`), so that the next large case, perhaps in
-# another process, finds them free.
+# another process, finds them free. The estimates are estimates: a case that runs out of device memory anyway is
+# judged again alone (`device_lease(alone=True)`, `parity.case_run`), never failed for it.
 
 LARGE_SHARE = 0.02
 LEASE_SHARE = 0.6
@@ -194,7 +195,7 @@ class device_lease:
         total = torch.cuda.get_device_properties(index).total_memory
         o = self.opts
         profiled = bool(o.profile_every) and self.case.seed % o.profile_every == 0
-        need = footprint.run_bytes(self.case, hardening=o.check_determinism, profiled=profiled)
+        need = footprint.lease_bytes(self.case, hardening=o.check_determinism, profiled=profiled)
         if self.alone:
             need = int(LEASE_SHARE * total)
         elif need <= LARGE_SHARE * total:

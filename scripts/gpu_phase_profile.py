@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         row[phase] = row.get(phase, 0.0) + seconds
 
     case_run.phase_observer = record_phase
-    peaks: list[tuple[int, int, str]] = []  # (peak bytes over the case, footprint.run_bytes, case)
+    peaks: list[tuple[int, int, str, int]] = []  # (peak bytes over the case, run_bytes, case, lease_bytes)
 
     def measured(judged, case, opts):
         from parity import footprint
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
             profiled = bool(opts.profile_every) and case.seed % opts.profile_every == 0
             peaks.append((torch.cuda.max_memory_allocated() - base,
-                          footprint.run_bytes(case, hardening=opts.check_determinism, profiled=profiled), case.short()))
+                          footprint.run_bytes(case, hardening=opts.check_determinism, profiled=profiled), case.short(),
+                          footprint.lease_bytes(case, hardening=opts.check_determinism, profiled=profiled)))
 
     case_run.around_case = measured
     for name in args.lowering:
@@ -173,12 +174,13 @@ def main(argv: list[str] | None = None) -> int:
             total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
             from parity.memory import LARGE_SHARE
 
-            leased = [p for p in peaks if p[1] > LARGE_SHARE * total]
-            ratios = sorted(p[0] / p[1] for p in peaks if p[1])
+            leased = [p for p in peaks if p[3] > LARGE_SHARE * total]
+            ratios = sorted(p[0] / p[1] for p in peaks if p[1])  # against run_bytes
             print(f"== {name}: device memory per case, peak / footprint.run_bytes: median {ratios[len(ratios) // 2]:.2f}, "
                   f"max {ratios[-1]:.2f} over {len(ratios)} cases; {len(leased)} past LARGE_SHARE (leased)")
-            for peak, est, short in sorted(peaks, key=lambda p: -p[1])[:8]:
-                print(f"   peak {peak / 2**30:7.2f} GiB of {est / 2**30:7.2f} GiB estimated ({peak / est:.2f})  {short[:100]}")
+            for peak, est, short, lease in sorted(peaks, key=lambda p: -p[1])[:8]:
+                print(f"   peak {peak / 2**30:7.2f} GiB of {est / 2**30:7.2f} GiB estimated ({peak / est:.2f}), "
+                      f"{lease / 2**30:7.2f} GiB leased ({peak / lease:.2f})  {short[:90]}")
         rows = list(per_case.values())
         for ph in sorted({k for r in rows for k in r}, key=lambda k: -sum(r.get(k, 0.0) for r in rows)):
             xs = sorted(r.get(ph, 0.0) for r in rows)

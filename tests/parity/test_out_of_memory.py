@@ -110,3 +110,51 @@ def test_the_lease_alone_waits_for_every_other_lease(tmp_path, monkeypatch):
     assert json.loads(path.read_text()) == {}
     with memory.device_lease(CASE, RunOptions(device="cuda")) as held:  # a small case, not alone: no lease
         assert held.path is None
+
+
+def test_a_large_case_leases_the_input_sets_it_holds_at_once(tmp_path, monkeypatch):
+    """`footprint.lease_bytes`: with hardening, the inputs, the snapshot and one re-run's inputs (plus the lowering's
+    copy, the oracle and the yardstick), not the five sets `run_bytes` budgets a draw for; `device_lease` leases it."""
+    from parity import footprint
+
+    big = build_case((40000, 40000), 16, 8, 4, 128, 16)
+    plain = footprint.lease_bytes(big, hardening=False)
+    assert plain == footprint.run_bytes(big, hardening=False)
+    hardened = footprint.lease_bytes(big)
+    inputs = footprint.input_bytes(big)
+    assert hardened == footprint.run_bytes(big) - (footprint.HARDENED_INPUT_SETS - footprint.HELD_INPUT_SETS) * inputs
+    assert hardened < footprint.run_bytes(big)
+    total = 4 * hardened  # the case passes LARGE_SHARE of this device
+    fake = types.SimpleNamespace(total_memory=total, uuid="fake", name="fake")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: fake)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    path = tmp_path / "ledger.json"
+    monkeypatch.setattr(memory, "ledger_path", lambda index: path)
+    with memory.device_lease(big, RunOptions(device="cuda", profile_every=0)):
+        assert json.loads(path.read_text()) == {str(os.getpid()): hardened}
+
+
+def test_the_held_sets_are_what_the_hardening_holds(policy, monkeypatch):
+    """Negative control for the lease above, on the CPU: count the live input sets while a lowering whose runs
+    differ goes through its second, third and fourth runs (`rerun_failures`): never more than HELD_INPUT_SETS."""
+    import gc
+
+    from lowerings.protocol import LoweringResult
+    from oracle.inputs import Inputs
+    from parity import footprint
+
+    most = [0]
+
+    class Differs(DecodeRows):
+        name = "decode_rows_differs"
+
+        def run(self, inputs):
+            gc.collect()
+            most[0] = max(most[0], sum(isinstance(o, Inputs) for o in gc.get_objects()))
+            res = super().run(inputs)
+            return LoweringResult(out=res.out, lse=res.lse + torch.rand_like(res.lse) * 1e-3)  # differs run to run
+
+    out = case_run.run_case(Differs(), CASE, policy, RunOptions())
+    assert any("nondetermin" in f or "outside" in f for f in out.failures), out.failures
+    assert 2 <= most[0] <= footprint.HELD_INPUT_SETS, most[0]
