@@ -96,7 +96,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         except Exception as err:
             if not memory.is_out_of_memory(err):
                 raise
-            ran_out = err
+            ran_out = _first_line(err)  # the message only: the error's frames hold the first attempt's tensors
     waited = held.waited
     if ran_out is not None:
         outcome, alone_waited = _judged_alone(lowering, case, opts, judged, ran_out)
@@ -107,7 +107,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
 
 
 def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Callable[[], CaseOutcome],
-                  first: BaseException) -> tuple[CaseOutcome, float]:
+                  first: str) -> tuple[CaseOutcome, float]:
     """A case that ran out of device memory beside other processes, judged again with the device's large-case
     memory to itself (`device_lease(alone=True)`, after giving back this process's cached blocks): its outcome,
     noting the retry under `retried`, and the seconds it waited. Out of memory again: a failure that says both
@@ -120,10 +120,9 @@ def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Call
             if not memory.is_out_of_memory(err):
                 raise
             outcome = CaseOutcome(lowering.name, case, "fail", failures=[
-                f"out of device memory, twice: beside other processes ({_first_line(first)}), then with the "
+                f"out of device memory, twice: beside other processes ({first}), then with the "
                 f"device's large-case memory to itself ({_first_line(err)})"])
-    outcome.retried[memory.RETRIED_OOM] = (f"ran out of device memory beside other processes, judged again alone: "
-                                           f"{_first_line(first)}")
+    outcome.retried[memory.RETRIED_OOM] = f"ran out of device memory beside other processes, judged again alone: {first}"
     return outcome, held.waited
 
 

@@ -36,7 +36,11 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 
 def release_cached(opts) -> None:
-    """The allocator's cached blocks back to the device (CUDA), before a case is judged again after running out."""
+    """The allocator's cached blocks back to the device (CUDA), before a case is judged again after running out:
+    first the first attempt's tensors, which reference cycles of its frames may still hold (`gc.collect`)."""
+    import gc
+
+    gc.collect()
     if str(opts.device).startswith("cuda"):
         import torch
 

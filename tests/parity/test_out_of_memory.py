@@ -158,3 +158,23 @@ def test_the_held_sets_are_what_the_hardening_holds(policy, monkeypatch):
     out = case_run.run_case(Differs(), CASE, policy, RunOptions())
     assert any("nondetermin" in f or "outside" in f for f in out.failures), out.failures
     assert 2 <= most[0] <= footprint.HELD_INPUT_SETS, most[0]
+
+
+def test_the_first_attempts_tensors_are_gone_before_the_retry(policy):
+    """When the case is judged again, the first attempt's inputs and snapshot are no longer alive (the error's
+    frames would hold them: only its message is kept)."""
+    import gc
+
+    from oracle.inputs import Inputs
+
+    seen = []
+
+    class Counts(RunsOutOfMemory):
+        def run(self, inputs):
+            gc.collect()
+            seen.append(sum(isinstance(o, Inputs) for o in gc.get_objects()))
+            return super().run(inputs)
+
+    out = case_run.run_case(Counts(1), CASE, policy, RunOptions())
+    assert out.status == "pass" and len(seen) >= 2
+    assert seen[1] <= seen[0] == 2, seen  # the inputs and the untouched-input snapshot, of this attempt only
