@@ -96,7 +96,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
         except Exception as err:
             if not memory.is_out_of_memory(err):
                 raise
-            ran_out = _first_line(err)  # the message only: the error's frames hold the first attempt's tensors
+            ran_out = hooks.first_line(err)  # the message only: the error's frames hold the first attempt's tensors
     waited = held.waited
     if ran_out is not None:
         outcome, alone_waited = _judged_alone(lowering, case, opts, judged, ran_out)
@@ -121,14 +121,9 @@ def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Call
                 raise
             outcome = CaseOutcome(lowering.name, case, "fail", failures=[
                 f"out of device memory, twice: beside other processes ({first}), then with the "
-                f"device's large-case memory to itself ({_first_line(err)})"])
+                f"device's large-case memory to itself ({hooks.first_line(err)})"])
     outcome.retried[memory.RETRIED_OOM] = f"ran out of device memory beside other processes, judged again alone: {first}"
     return outcome, held.waited
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return (f"{type(err).__name__}: {text[0]}" if text else type(err).__name__)[:300]
 
 
 def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None,

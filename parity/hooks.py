@@ -184,6 +184,12 @@ def exception_origin(err: BaseException, owner: Any) -> str:
     return f"{_frame_text(own, 1)} -> {_frame_text(inner, 2)}"
 
 
+def first_line(err: BaseException) -> str:
+    """`"TypeName: the message's first line"`, at most 300 characters: an exception in one line of a report."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
 def describe_exception(err: BaseException, owner: Any) -> str:
     """`ValueError: boom (my_plugin.py:42 in run -> torch/functional.py:123 in einsum)`; a SystemExit as
     `SystemExit 0`."""

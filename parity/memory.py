@@ -18,6 +18,7 @@ from typing import Iterator
 
 from parity import footprint
 
+
 class OutOfDeviceMemory(Exception):
     """A step of a case ran out of device memory (CUDA): a condition of the shared device, which `run_case`
     answers by judging the case again with the device's large-case memory to itself, never a verdict by itself."""
@@ -48,6 +49,7 @@ def release_cached(opts) -> None:
 
 
 RETRIED_OOM = "out of device memory"  # CaseOutcome.retried key: judged again alone after running out
+
 
 YARDSTICK = "yardstick"
 UNTOUCHED = "untouched-input check"

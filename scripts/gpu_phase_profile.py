@@ -22,8 +22,9 @@ fresh `cudaMalloc`s. Each run prints the allocator's counters (device allocation
 
 `--hardening` keeps the hardening checks in run 1 (the `gpu` record's default; still in process). Each run of 1
 also prints, per case, the device memory the case peaked at (`torch.cuda.max_memory_allocated` over `run_case`)
-against `parity.footprint.run_bytes`, the estimate a large case leases from the other processes on the GPU
-(`parity.memory.device_lease`): how much of a hardened run's waiting for memory the estimate's margin costs.
+against `parity.footprint.run_bytes` (the draw budget) and `parity.footprint.lease_bytes` (what a large case leases
+from the other processes on the GPU, `parity.memory.device_lease`; `run_bytes` itself until session 16's run 55):
+how much of a hardened run's waiting for memory the estimates' margin costs.
 `--kernel-cases 0` skips run 2.
 
 `--min-keys L` profiles only cases with a context of at least L keys: the lowering refuses shorter ones

@@ -27,6 +27,7 @@ from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs
 from parity import memory
+from parity.hooks import first_line
 from parity.bench import timing as tm
 from parity.bench.shapes import GiB, PoolKeeper, Shape, build_sets, memory_reason, set_case
 from parity.policy import Policy
@@ -215,11 +216,6 @@ def force_rows(lowering: Lowering) -> Lowering:
     return forced
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _is_oom(err: BaseException) -> bool:
     return memory.is_out_of_memory(err) or "out of memory" in str(err).lower()
 
@@ -313,7 +309,7 @@ def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: st
         try:
             case = run.case()
         except Exception as err:
-            m.status, m.reason = ERROR, f"bench setup failed (not the lowering): {_first_line(err)}"
+            m.status, m.reason = ERROR, f"bench setup failed (not the lowering): {first_line(err)}"
             return m
         why = lowering.supports(case)
         if why:
@@ -327,9 +323,9 @@ def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: st
             ref = run.ref()
         except Exception as err:
             if _is_oom(err):
-                m.status, m.reason = SKIPPED, f"out of memory building the inputs or the oracle: {_first_line(err)}"
+                m.status, m.reason = SKIPPED, f"out of memory building the inputs or the oracle: {first_line(err)}"
             else:
-                m.status, m.reason = ERROR, f"bench setup failed (not the lowering): {_first_line(err)}"
+                m.status, m.reason = ERROR, f"bench setup failed (not the lowering): {first_line(err)}"
             run.release()
             _clear_cuda(env.device)
             return m
@@ -351,7 +347,7 @@ def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: st
                     flush = env.l2_bytes > 0
                     note = "prepare() shares buffers across input sets: 1 input set, L2 flushed instead of rotated"
             except Exception as err:
-                note, fns = f"prepare raised {_first_line(err)}; run() timed", None
+                note, fns = f"prepare raised {first_line(err)}; run() timed", None
         eager = [functools.partial(lowering.run, s) for s in sets]
         m.timing, timed = time_functions(env, fns, eager, flush, note)
         if timed is not None:
@@ -363,9 +359,9 @@ def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: st
                                 m.verdict.failures + tv.failures, lowering.name)
     except Exception as err:  # the lowering's prepare/run raising while timed, or a CUDA error
         if _is_oom(err):
-            m.status, m.reason = SKIPPED, f"out of memory while timing: {_first_line(err)}"
+            m.status, m.reason = SKIPPED, f"out of memory while timing: {first_line(err)}"
         else:
-            m.status, m.reason = ERROR, f"{m.label} raised {_first_line(err)}"
+            m.status, m.reason = ERROR, f"{m.label} raised {first_line(err)}"
             m.verdict = Verdict(False, math.inf, [m.reason], lowering.name)
         _clear_cuda(env.device)
     finally:
@@ -395,9 +391,9 @@ def measure_function(env: BenchEnv, *, table: str, label: str, shape: Shape, ava
         m.timing, _ = time_functions(env, make_fns(n_sets), None, flush)
     except Exception as err:
         if _is_oom(err):
-            m.status, m.reason = SKIPPED, f"out of memory: {_first_line(err)}"
+            m.status, m.reason = SKIPPED, f"out of memory: {first_line(err)}"
         else:
-            m.status, m.reason = ERROR, f"{label} raised {_first_line(err)}"
+            m.status, m.reason = ERROR, f"{label} raised {first_line(err)}"
             m.verdict = Verdict(False, math.inf, [m.reason], m.verdict.judged if m.verdict else "")
         _clear_cuda(env.device)
     finally:
