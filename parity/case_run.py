@@ -1,9 +1,10 @@
 """One case through one lowering, judged: `run_case`.
 
-materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted) -> bounds chosen from what
-ran (`tolerance_for`) -> LSE converted at the adapter boundary -> judged (output, LSE, each partial,
-kernel calls, untouched inputs, output buffers) -> hardening (the other canary, determinism, request
-isolation, kernel names: `parity.hardening`). A case whose oracle is not finite is bad input
+materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted; on CUDA, one case in
+`--kernel-names-every` profiled around this very call) -> bounds chosen from what ran (`tolerance_for`) -> LSE
+converted at the adapter boundary -> judged (output, LSE, each partial, kernel calls, untouched inputs, output
+buffers) -> hardening (the other canary, determinism, request isolation: `parity.hardening`) -> the profiled
+call's kernel names, when nothing failed before them (`parity.hardening.KernelNames`). A case whose oracle is not finite is bad input
 (`oracle_problem`, `INVALID`), never a pass.
 """
 
@@ -22,7 +23,7 @@ from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
 from parity import footprint, hooks, memory
-from parity.hardening import gpu_kernel_failures, output_buffer_failures, rerun_failures, untouched_failures
+from parity.hardening import KernelNames, output_buffer_failures, rerun_failures, untouched_failures
 from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.judge import Comparison, compare
 from parity.policy import Policy, Tolerance, ToleranceSource
@@ -140,21 +141,26 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
             yard_out = run_yardstick(yardstick, inputs, opts, outcome)
-    profiled = (opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
-                and optional_hook(lowering, "kernel_families") is not None)
+    profiled = kernel_names_read(lowering, case, opts)
     with _Phase(outcome, "build"):
         # `before`: the inputs as given, for the untouched-input check, and the pristine source of every later
-        # call's inputs with the same canary (`fresh_inputs`: a device copy instead of a second build); a case
-        # whose kernel names are read keeps one for its profiled run even without the untouched-input check.
+        # call's inputs with the same canary (`fresh_inputs`: a device copy instead of a second build).
         before = None
         if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
                                                        "a snapshot of the inputs to compare against"):
             before = inputs.clone()
-        elif profiled and memory.fits(None, memory.KERNEL_NAMES, case, opts, footprint.input_bytes(case), ""):
-            before = inputs.clone()
+    names = KernelNames() if profiled else None  # the judged call's own kernel names, profiled around it
     try:
-        with _Phase(outcome, "lowering"):
-            result = call_lowering(lowering, inputs, outcome)
+        if names is not None:
+            with _Phase(outcome, "kernel_names"):
+                names.start()
+        try:
+            with _Phase(outcome, "lowering"):
+                result = call_lowering(lowering, inputs, outcome)
+        finally:
+            if names is not None:
+                with _Phase(outcome, "kernel_names"):
+                    names.stop()
     except LoweringError as err:
         outcome.status = "fail"
         outcome.failures.append(str(err))
@@ -183,15 +189,20 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
             "the other canary's inputs and the lowering's second run"):
         with _Phase(outcome, "hardening"):
             outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome, pristine=before))
-    if profiled and not outcome.failures and memory.fits(
-            outcome, memory.KERNEL_NAMES, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
-            "a profiled run's inputs"):
+    if names is not None and not outcome.failures:
         with _Phase(outcome, "kernel_names"):
-            outcome.failures.extend(gpu_kernel_failures(lowering, case, opts, pristine=before))
+            outcome.failures.extend(names.failures(lowering, case))
     if outcome.failures:
         outcome.status = "fail"
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+def kernel_names_read(lowering: Lowering, case: Case, opts: RunOptions) -> bool:
+    """Whether `run_case` profiles the judged call of `case` and checks its CUDA kernel names: on CUDA, one case
+    in `opts.profile_every` (by seed), of a lowering that declares `kernel_families`."""
+    return bool(opts.device == "cuda" and opts.profile_every and case.seed % opts.profile_every == 0
+                and optional_hook(lowering, "kernel_families") is not None)
 
 
 def tolerance_for(policy: Policy, lowering: Lowering, case: Case, calls: dict[str, int],

@@ -90,9 +90,10 @@ def yardstick_bytes(case: Shape) -> int:
 
 
 def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
-    """The most `run_case` holds at once for `case` (see the module docstring); `profiled`: its kernel
-    names are read, so without hardening it also keeps a pristine copy of its inputs for that run. The
-    strategies' budget for a drawn case (`Limits.max_case_bytes`): it stays as it is, or the drawn cases change."""
+    """The most `run_case` held at once for `case` (see the module docstring); `profiled`: its kernel names
+    are read, which until session 17 kept a pristine copy of the inputs for a separate profiled run (now the
+    judged call is profiled: no copy). The strategies' budget for a drawn case (`Limits.max_case_bytes`): it
+    stays as it is, or the drawn cases change."""
     sets = HARDENED_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
     return _with_sets(case, sets)
 
@@ -107,8 +108,9 @@ def lease_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) 
     `run_bytes`' parts with the input sets held at once (`HELD_INPUT_SETS`) instead of every set a case makes.
     On the H200, hardened production-scale cases peaked at 0.42-0.49 of `run_bytes`
     (docs/gpu/2026-12-03-h200-session16.md run 55), and waited for leases 43-73% of a `--jobs 16` run's time (run
-    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.case_run`)."""
-    sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
+    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.case_run`). `profiled`
+    is accepted and costs nothing: a case whose kernel names are read profiles its judged call, on no copy."""
+    sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS  # `profiled`: no copy since session 17
     return _with_sets(case, sets)
 
 

@@ -6,8 +6,9 @@
   its buffers or wrote past them;
 - `rerun_failures`: the second run with the other canary (reads outside the request's keys,
   nondeterminism, state left by a previous call) and request isolation;
-- `gpu_kernel_failures`: the CUDA kernel names a profiled run launched, against the lowering's
-  `kernel_families(case)` / `forbidden_kernel_families(case)`.
+- `KernelNames`: the CUDA kernel names the judged call itself launched (profiled around it), against the
+  lowering's `kernel_families(case)` / `forbidden_kernel_families(case)`; `gpu_kernel_failures`: the same
+  check on a separate profiled run (scripts).
 """
 
 from __future__ import annotations
@@ -212,9 +213,54 @@ def cuda_kernel_names(prof) -> list[str]:
             and str(e.device_type).endswith("CUDA")]
 
 
+def kernel_name_failures(lowering: Lowering, case: Case, seen: list[str]) -> list[str]:
+    """`seen` (device activity names, in order) against the lowering's `kernel_families(case)` and
+    `forbidden_kernel_families(case)`."""
+    forbidden_fn = optional_hook(lowering, "forbidden_kernel_families")
+    forbidden = forbidden_fn(case) if forbidden_fn is not None else {}
+    return counters.kernel_name_failures(seen, lowering.kernel_families(case), forbidden)
+
+
+class KernelNames:
+    """The CUDA kernel names of the judged call itself (`parity.case_run`: a case whose kernel names are read):
+    `start()` right before it, `stop()` right after it (also when it raised), then `failures(lowering, case)`.
+    Each synchronizes the device first, so the profile holds that call's device work and no other: the oracle's
+    and the yardstick's kernels queued before it are done, the call's own are done before the profiler stops.
+
+    Until session 17 the names came from one more run of the case under the profiler, on a device copy of
+    the inputs (`gpu_kernel_failures`): a fourth of the cases paid for that copy, a second call and its
+    synchronizations, and a large one without hardening leased one more input set for the copy. Profiling
+    the judged call reads the names of the kernels whose output was judged."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] | None = None
+        self._prof = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        self._prof = profile(activities=[ProfilerActivity.CUDA])
+        self._prof.__enter__()
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        try:
+            torch.cuda.synchronize()
+        finally:
+            prof.__exit__(None, None, None)  # never leave a profiler running: the next case starts its own
+        self.seen = cuda_kernel_names(prof)
+
+    def failures(self, lowering: Lowering, case: Case) -> list[str]:
+        return kernel_name_failures(lowering, case, self.seen or [])
+
+
 def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions, pristine: Inputs | None = None) -> list[str]:
     """Run once more under torch.profiler (on `pristine`, the inputs as first given, when kept: the last
-    call of a case, so they are used up); the CUDA kernel names must match the lowering's declaration."""
+    call of a case, so they are used up); the CUDA kernel names must match the lowering's declaration. A
+    separate run, for scripts; `run_case` profiles the judged call instead (`KernelNames`)."""
     from torch.profiler import ProfilerActivity, profile
 
     inputs, _ = fresh_inputs(lowering, case, opts, pristine=pristine, take=True)
@@ -225,7 +271,4 @@ def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions, pristi
         except LoweringError as err:
             return [f"profiled run: {err}"]
         torch.cuda.synchronize()
-    seen = cuda_kernel_names(prof)
-    forbidden_fn = optional_hook(lowering, "forbidden_kernel_families")
-    forbidden = forbidden_fn(case) if forbidden_fn is not None else {}
-    return counters.kernel_name_failures(seen, lowering.kernel_families(case), forbidden)
+    return kernel_name_failures(lowering, case, cuda_kernel_names(prof))

@@ -120,9 +120,12 @@ def test_one_page_table_copy_per_case_not_one_per_request(monkeypatch):
     assert _same_bits(a, materialize(case, build="device"))
 
 
-def test_the_lease_counts_a_pristine_copy_only_for_a_profiled_case_without_hardening():
+def test_a_profiled_case_keeps_its_draw_budget_and_leases_no_copy():
+    """`run_bytes` (the draw budget) still counts the pristine copy a profiled case kept until session 17, so the
+    drawn cases stay the same; the lease no longer does: the judged call itself is profiled, on no copy."""
     case = _case()
     one = footprint.input_bytes(case)
     plain = footprint.run_bytes(case, hardening=False)
     assert footprint.run_bytes(case, hardening=False, profiled=True) == plain + one
     assert footprint.run_bytes(case, hardening=True, profiled=True) == footprint.run_bytes(case, hardening=True)
+    assert footprint.lease_bytes(case, hardening=False, profiled=True) == footprint.lease_bytes(case, hardening=False)

@@ -5,6 +5,7 @@
 #    out-of-memory retry: compare the wait for device memory, the rate and `retried` with run 54.
 # 2. `gpu_phase_profile.py --hardening` on two more lowerings (decode_rows[flashinfer-tc],
 #    windowed_merge[flashinfer-eager]), production-scale cases alone: peak against run_bytes and lease_bytes.
+# Since the scripts were written, also in this code: kernel names read from the judged call itself (no second run).
 # 3. `gpu_yardstick_ab.py` on run 53's 30 cases: today's yardstick (one index-vector copy per case) against the
 #    b6d5375 form (run 53: 20.6 -> 18.6 ms mean with one copy per batch).
 set -u
