@@ -301,10 +301,16 @@ def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[Reque
 # that crashes the process later (isolated runs survive that too, as a crash). The view holds a
 # quiet NaN with a payload torch never produces itself (POISON), the guards another one (GUARD_BITS), so
 # after the call "never written" (POISON still there), "wrote NaN" (any other NaN) and "wrote past the
-# end" (a guard changed) are told apart bit for bit.
+# end" (a guard changed) are told apart bit for bit. Each view starts a multiple of `VIEW_ALIGN_BYTES` from the
+# start of its allocation (the first guard rounded up), so its address is aligned as a fresh allocation's:
+# Triton specializes a pointer argument on its 16-byte alignment, and a view whose alignment followed the batch
+# size (a guard of the view's own size: 84*B bytes of an LSE of K=7, Hq=3) made `hybrid_paged[splits=4]` compile a
+# third variant of its merge kernel in one shape family, a false alarm of the compile bound
+# (docs/gpu/2026-12-03-h200-session17.md runs 58-59).
 
 GUARD = 64
 GUARD_ROWS = 128
+VIEW_ALIGN_BYTES = 512  # the CUDA caching allocator's block alignment
 # dtype -> (poison bits, guard bits). torch's canonical NaNs are bf16 0x7FC0, fp16 0x7E00, fp32 0x7FC00000.
 _POISON_BITS = {
     torch.bfloat16: (0x7FC1, 0x7FC2),
@@ -346,7 +352,8 @@ class GuardedBuffer:
 def guarded_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: str | torch.device,
                    guard: int | None = None) -> GuardedBuffer:
     """A contiguous `shape` (`[B, K, ...]`) view filled with POISON and `guard` elements of GUARD_BITS on
-    either side (default: the most of `GUARD`, the view's size, and `GUARD_ROWS` rows `shape[2:]`)."""
+    either side (default: the most of `GUARD`, the view's size, and `GUARD_ROWS` rows `shape[2:]`, rounded up
+    to whole `VIEW_ALIGN_BYTES`: the view is as aligned as a fresh allocation)."""
     poison, guard_bits = poison_bits(dtype)
     n = 1
     for s in shape:
@@ -354,6 +361,8 @@ def guarded_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: str | tor
     if guard is None:
         row = n // max(1, int(shape[0]) * int(shape[1])) if len(shape) >= 2 else 1
         guard = max(GUARD, n, GUARD_ROWS * row)
+        per = VIEW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+        guard = -(-guard // per) * per
     int_dt = _INT_OF[torch.empty((), dtype=dtype).element_size()]
     flat_bits = torch.full((n + 2 * guard,), guard_bits, dtype=int_dt, device=device)
     flat_bits[guard: guard + n] = poison

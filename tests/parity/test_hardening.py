@@ -94,6 +94,7 @@ def test_output_buffers_are_poisoned_guarded_views():
     assert inputs.out.dtype == torch.bfloat16 and inputs.lse_out.dtype == torch.float32
     n = inputs.out.numel()
     assert out.guard == max(GUARD, n, 128 * 4 * 64) and lse.guard == max(GUARD, inputs.lse_out.numel(), 128 * 4)
+    # (both already whole 512-byte blocks: 32,768 bf16 and 512 fp32 elements)
     assert inputs.out.data_ptr() == out.flat.data_ptr() + out.guard * 2
     assert out.flat.numel() == n + 2 * out.guard
     assert torch.isnan(out.flat).all() and torch.isnan(lse.flat).all()
@@ -357,3 +358,20 @@ def test_after():
     assert_outcomes(res, failed=1, passed=1)
     res.stdout.fnmatch_lines(["*crasher failed parity on cpu*", "*shrunk case: B=1*",
                               "*crashed: worker killed by SIGSEGV (signal 11) while running this case*"])
+
+
+@pytest.mark.parametrize("shape", [(55, 7, 3), (1, 7, 3), (13, 5, 7, 64), (3, 1, 1, 128), (64, 16, 32)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_an_output_view_is_aligned_as_a_fresh_allocation(shape, dtype):
+    """The view starts a whole number of `VIEW_ALIGN_BYTES` into its allocation, whatever the batch size: Triton
+    specializes a pointer on its 16-byte alignment, and an LSE view of K=7, Hq=3 that started 84*B bytes in made
+    the hybrid kernel compile one more variant in one shape family on the H200 (session 17, runs 58-59)."""
+    from oracle.inputs import VIEW_ALIGN_BYTES, guarded_buffer
+
+    buf = guarded_buffer(shape, dtype, "cpu")
+    es = buf.view.element_size()
+    assert (buf.view.data_ptr() - buf.flat.data_ptr()) % VIEW_ALIGN_BYTES == 0
+    n = buf.numel
+    row = n // (shape[0] * shape[1])
+    assert max(GUARD, n, 128 * row) <= buf.guard < max(GUARD, n, 128 * row) + VIEW_ALIGN_BYTES // es
+    assert buf.flat.numel() == n + 2 * buf.guard
