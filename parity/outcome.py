@@ -40,8 +40,8 @@ FAMILY_KEYS = "compile_family_counts"  # a part entry's {family: compilations}; 
 PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
 """Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
 usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
-lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiled run that
-reads GPU kernel names, and a large case's wait for room on a GPU other processes share
+lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiler's start and stop
+around a judged call whose GPU kernel names are read (and the check of the names), and a large case's wait for room on a GPU other processes share
 (`parity.memory.device_lease`)."""
 
 
