@@ -4,8 +4,8 @@ materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted; on 
 `--kernel-names-every` profiled around this very call) -> bounds chosen from what ran (`tolerance_for`) -> LSE
 converted at the adapter boundary -> judged (output, LSE, each partial, kernel calls, untouched inputs, output
 buffers) -> hardening (the other canary, determinism, request isolation: `parity.hardening`) -> the profiled
-call's kernel names, when nothing failed before them (`parity.hardening.KernelNames`). A case whose oracle is not finite is bad input
-(`oracle_problem`, `INVALID`), never a pass.
+call's kernel names, when nothing failed before them (`parity.hardening.KernelNames`). A case whose oracle is not
+finite is bad input (`oracle_problem`, `INVALID`), never a pass.
 """
 
 from __future__ import annotations
