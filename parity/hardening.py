@@ -261,14 +261,13 @@ def gpu_kernel_failures(lowering: Lowering, case: Case, opts: RunOptions, pristi
     """Run once more under torch.profiler (on `pristine`, the inputs as first given, when kept: the last
     call of a case, so they are used up); the CUDA kernel names must match the lowering's declaration. A
     separate run, for scripts; `run_case` profiles the judged call instead (`KernelNames`)."""
-    from torch.profiler import ProfilerActivity, profile
-
     inputs, _ = fresh_inputs(lowering, case, opts, pristine=pristine, take=True)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        try:
-            call_lowering(lowering, inputs, CaseOutcome(lowering.name, case, "pass"))
-        except LoweringError as err:
-            return [f"profiled run: {err}"]
-        torch.cuda.synchronize()
-    return kernel_name_failures(lowering, case, cuda_kernel_names(prof))
+    names = KernelNames()
+    names.start()
+    try:
+        call_lowering(lowering, inputs, CaseOutcome(lowering.name, case, "pass"))
+    except LoweringError as err:
+        return [f"profiled run: {err}"]
+    finally:
+        names.stop()
+    return names.failures(lowering, case)

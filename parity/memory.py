@@ -55,7 +55,6 @@ YARDSTICK = "yardstick"
 UNTOUCHED = "untouched-input check"
 RERUN = "determinism and canary re-run"
 ISOLATION = "request isolation"
-KERNEL_NAMES = "kernel names"  # a `skipped` key of older reports (a separate profiled run until session 17)
 HEADROOM = 0.9  # of the free memory a step may take (allocator rounding, the lowering's temporaries)
 
 
