@@ -103,14 +103,14 @@ HELD_INPUT_SETS = 3  # with hardening, the most input sets run_case holds at onc
 # isolation run, takes its own: parity.hardening.rerun_failures)
 
 
-def lease_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
+def lease_bytes(case: Shape, *, hardening: bool = True) -> int:
     """What a large case leases from the other processes on a shared GPU (`parity.memory.device_lease`):
     `run_bytes`' parts with the input sets held at once (`HELD_INPUT_SETS`) instead of every set a case makes.
     On the H200, hardened production-scale cases peaked at 0.42-0.49 of `run_bytes`
     (docs/gpu/2026-12-03-h200-session16.md run 55), and waited for leases 43-73% of a `--jobs 16` run's time (run
-    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.case_run`). `profiled`
-    is accepted and costs nothing: a case whose kernel names are read profiles its judged call, on no copy."""
-    sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS  # `profiled`: no copy since session 17
+    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.case_run`). A case whose
+    kernel names are read leases nothing more: it profiles its judged call, on no copy (since session 17)."""
+    sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS
     return _with_sets(case, sets)
 
 

@@ -199,8 +199,7 @@ class device_lease:
         index = torch.cuda.current_device()
         total = torch.cuda.get_device_properties(index).total_memory
         o = self.opts
-        profiled = bool(o.profile_every) and self.case.seed % o.profile_every == 0
-        need = footprint.lease_bytes(self.case, hardening=o.check_determinism, profiled=profiled)
+        need = footprint.lease_bytes(self.case, hardening=o.check_determinism)
         if self.alone:
             need = int(LEASE_SHARE * total)
         elif need <= LARGE_SHARE * total:

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             profiled = bool(opts.profile_every) and case.seed % opts.profile_every == 0
             peaks.append((torch.cuda.max_memory_allocated() - base,
                           footprint.run_bytes(case, hardening=opts.check_determinism, profiled=profiled), case.short(),
-                          footprint.lease_bytes(case, hardening=opts.check_determinism, profiled=profiled)))
+                          footprint.lease_bytes(case, hardening=opts.check_determinism)))
 
     case_run.around_case = measured
     for name in args.lowering:
