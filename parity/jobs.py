@@ -66,13 +66,15 @@ def child_argv(config: Any, part: Any) -> list[str]:
 
 def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None,
               mps: dict[str, str] | None = None) -> dict[str, str]:
-    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL) capped at its
-    share of the cores unless the user set them; `jobs` processes of a full-width thread pool each
-    oversubscribe the cores (measured on 2 cores: 3 jobs took twice as long as one after another).
-    `mps`: the CUDA MPS daemon's entries (`parity.mps.MpsState.env`), set over this environment's."""
+    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL) and inductor's
+    compile workers (`TORCHINDUCTOR_COMPILE_THREADS`; torch's default is a pool of every core, started by a
+    child's first `torch.compile`) capped at its share of the cores unless the user set them; `jobs`
+    processes of a full-width pool each oversubscribe the cores (measured on 2 cores: 3 jobs took twice as
+    long as one after another). `mps`: the CUDA MPS daemon's entries (`parity.mps.MpsState.env`), set over
+    this environment's."""
     env = dict(os.environ if environ is None else environ)
     share = str(max(1, (cpus or os.cpu_count() or 1) // jobs))
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
         env.setdefault(var, share)
     env.update(mps or {})
     return env
@@ -213,6 +215,7 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
     config, report_dir, say = session.config, Path(session.config.report), session.say
     exits: dict[str, int | None] = {}
     held: dict[Any, tuple[Any, int | None]] = {}  # task -> (its log file, its GPU)
+    procs: dict[Any, subprocess.Popen] = {}
 
     def label(t) -> str:
         return shards_mod.shard_label(t.lowering, t.shard)
@@ -223,8 +226,8 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         log = open(log_path, "w")
         gpu = gpus.take()
         held[t] = (log, gpu)
-        proc = subprocess.Popen(child_argv(config, t), stdout=log, stderr=None, env={**env, **gpus.env(gpu)},
-                                **pool.child_kwargs())
+        proc = procs[t] = subprocess.Popen(child_argv(config, t), stdout=log, stderr=None,
+                                           env={**env, **gpus.env(gpu)}, **pool.child_kwargs())
         on = f" on GPU {gpu}" if gpu is not None else ""
         say(f"[jobs] {label(t)}: started{on} ({sum(gpus.busy) if gpus.count > 1 else len(held)} running)")
         return proc
@@ -234,7 +237,9 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         log.close()
         gpus.give_back(gpu)
         exits[label(t)] = code
-        say(f"[jobs] {label(t)}: done in {seconds:.1f} s (exit {code}; {len(held)} running)")
+        cpu = pool.cpu_seconds(procs.pop(t))
+        used = f", {cpu:.1f} s of CPU" if cpu is not None else ""
+        say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")
 
     interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
                                 say=lambda line: say(f"[jobs] {line}"), what="check(s)")

@@ -33,15 +33,34 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
-# A child creates a CUDA context through the daemon: an MPS server that cannot start shows here, not as every
-# check child failing its first case.
-PROBE = [sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"]
+# A child creates a CUDA context through the daemon and allocates in it: an MPS server that cannot start shows
+# here, not as every check child failing its first case. Through the driver API (libcuda, ctypes), not torch:
+# importing torch made the probe seconds of every `--mps` run's start, before any check child started.
+_PROBE_SOURCE = """
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+def ok(what, rc):
+    if rc:
+        name = ctypes.c_char_p()
+        cuda.cuGetErrorName(rc, ctypes.byref(name))
+        sys.exit(f"{what}: {(name.value or b'?').decode()} ({rc})")
+ok("cuInit", cuda.cuInit(0))
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+ok("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), 0))
+ok("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+ok("cuCtxSetCurrent", cuda.cuCtxSetCurrent(ctx))
+ok("cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)))
+ok("cuCtxSynchronize", cuda.cuCtxSynchronize())
+ok("cuMemFree", cuda.cuMemFree_v2(ctypes.c_uint64(ptr.value)))
+"""
+PROBE = [sys.executable, "-c", _PROBE_SOURCE]
 PROBE_SECONDS = 120.0
 MEASURED = "1.57x the cases in the same time on an H200 (docs/gpu/2026-12-03-h200-session15.md run 50)"
 
@@ -132,7 +151,7 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
     for d in env_add.values():
         os.makedirs(d, exist_ok=True)
     env = {**os.environ, **env_add}
-    state, started = None, False
+    state, started, t0 = None, False, time.perf_counter()
     try:
         try:
             res = _control(["-d"], env)
@@ -157,8 +176,8 @@ def mps_session(processes: int, say: Callable[[str], None], *, probe: list[str] 
             say(f"[mps] --mps: {why}; the {processes} processes run without MPS, taking turns on the GPU")
             state = MpsState({}, f"not used: {why}")
         else:
-            say(f"[mps] started a CUDA MPS daemon for this run (pipe directory {env_add['CUDA_MPS_PIPE_DIRECTORY']}); "
-                f"it is stopped at the end")
+            say(f"[mps] started a CUDA MPS daemon for this run (pipe directory {env_add['CUDA_MPS_PIPE_DIRECTORY']}, "
+                f"{time.perf_counter() - t0:.1f} s with the probe); it is stopped at the end")
             state = MpsState(env_add, f"started for this run ({processes} processes)")
         yield state
     finally:

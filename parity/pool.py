@@ -1,14 +1,16 @@
 """One process pool for the child processes of `check --jobs` and `python -m parity.warmup --jobs`.
 
 `run_pool(tasks, start, size, done)` keeps up to `size` children running (`start(task) -> Popen`), calls
-`done(task, exit_code, seconds)` as each ends, and polls for a SIGINT the interpreter swallowed
+`done(task, exit_code, seconds)` as each ends (the child's CPU seconds, user + system, its reaped
+descendants included, are then `cpu_seconds(proc)`: a job whose CPU time is near its wall time waits on
+nothing but the cores), and polls for a SIGINT the interpreter swallowed
 (`parity.interrupt.raise_if_requested`). On KeyboardInterrupt with a `grace`, each running child gets
 SIGINT and up to `grace` seconds to finish (to write its partial part); without one the interrupt goes
 on up. Children never outlive the pool: started with `child_kwargs()`, each leads its own process group
 and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
 on every exit path through `run_pool` its whole group is killed in a `finally`.
 
-Public: `run_pool`, `child_kwargs`, `stop_group`.
+Public: `run_pool`, `child_kwargs`, `stop_group`, `cpu_seconds`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,30 @@ def stop_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def _poll(proc: subprocess.Popen) -> int | None:
+    """`proc.poll()`, reaping through `os.wait4` where there is one, so the child's resource use is kept
+    (`cpu_seconds`)."""
+    if not isinstance(getattr(proc, "pid", None), int) or getattr(proc, "returncode", None) is not None \
+            or not hasattr(os, "wait4"):
+        return proc.poll()
+    try:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: Popen knows what it can
+        return proc.poll()
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.dflash_rusage = usage  # type: ignore[attr-defined]
+    return proc.returncode
+
+
+def cpu_seconds(proc: subprocess.Popen) -> float | None:
+    """The CPU seconds (user + system) an ended child of `run_pool` used, its reaped descendants included;
+    None when unknown (no `os.wait4`, or the child was reaped otherwise)."""
+    usage = getattr(proc, "dflash_rusage", None)
+    return None if usage is None else usage.ru_utime + usage.ru_stime
+
+
 def run_pool(tasks: Sequence[T], start: Callable[[T], subprocess.Popen], size: int,
              done: Callable[[T, int, float], None], *, poll: float = 0.2, grace: float | None = None,
              say: Callable[[str], None] = lambda line: None, what: str = "process(es)") -> bool:
@@ -83,7 +109,7 @@ def run_pool(tasks: Sequence[T], start: Callable[[T], subprocess.Popen], size: i
     def reap_finished() -> None:
         """Reap every child that has exited; wait `poll` seconds if some still run."""
         for task in list(running):
-            code = running[task][0].poll()
+            code = _poll(running[task][0])
             if code is not None:
                 reap(task, code)
         if running:

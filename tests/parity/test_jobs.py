@@ -76,6 +76,9 @@ def test_a_child_that_wrote_nothing_is_a_failed_entry(tmp_path):
 def test_children_get_their_share_of_the_cores():
     env = jobs.child_env(4, environ={"PATH": "/bin"}, cpus=16)
     assert env["OMP_NUM_THREADS"] == "4" and env["MKL_NUM_THREADS"] == "4" and env["PATH"] == "/bin"
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"  # not a pool of every core in every child
+    assert jobs.child_env(15, environ={"TORCHINDUCTOR_COMPILE_THREADS": "16"}, cpus=16)[
+        "TORCHINDUCTOR_COMPILE_THREADS"] == "16"  # the user's
     assert jobs.child_env(8, environ={}, cpus=2)["OMP_NUM_THREADS"] == "1"
     assert jobs.child_env(2, environ={"OMP_NUM_THREADS": "3"}, cpus=16)["OMP_NUM_THREADS"] == "3"  # the user's
 

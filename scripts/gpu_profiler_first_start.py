@@ -1,0 +1,212 @@
+"""Where the profiler's first start goes (`parity.hardening.KernelNames`: 4.5-6 s once per process in
+session 17's run 61), and whether it can run beside other work.
+
+    python scripts/gpu_profiler_first_start.py [--procs 1 15] [--mps] [--dry]
+
+Each child makes its CUDA context, then, by `--mode`:
+- `plain`: times the first profiled call step by step, wall and CPU seconds (`time.process_time`, every
+  thread of the process): importing `torch.profiler`, entering `profile(activities=[CUDA])`, the call, leaving
+  it, reading the names (`cuda_kernel_names`); then a second profiled call the same way.
+- `modules`: `plain` after 40 distinct kernels have been loaded (does the first start grow with the
+  modules loaded before it? CUPTI instruments loaded modules).
+- `thread`: the first start and stop in a background thread while the main thread counts pure-Python loop
+  iterations: the main thread's rate against its rate alone is the share of the interpreter the start left
+  free (1.0: it holds no GIL).
+- `thread-cuda`: the same, the main thread launching small kernels and synchronizing (like `--warm-up`).
+Each child prints one JSON line; the parent prints a table (medians over children). `--env K=V` sets a
+variable in the children (e.g. TEARDOWN_CUPTI=0). `--dry`: the CPU, no profiler (the plumbing only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t: tuple[float, float]) -> tuple[float, float]:
+    w, c = _clock()
+    return round(w - t[0], 4), round(c - t[1], 4)
+
+
+def profiled_call(dry: bool, call) -> dict:
+    """One profiled call, step by step: {step: (wall s, cpu s)} and the names read."""
+    steps = {}
+    t = _clock()
+    if dry:
+        call()
+        steps["import"] = steps["enter"] = steps["exit"] = steps["names"] = (0.0, 0.0)
+        steps["call"] = _since(t)
+        return {"steps": steps, "names": 0}
+    from torch.profiler import ProfilerActivity, profile
+
+    from parity.hardening import cuda_kernel_names
+    steps["import"] = _since(t)
+    t = _clock()
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof.__enter__()
+    steps["enter"] = _since(t)
+    t = _clock()
+    call()
+    steps["call"] = _since(t)
+    t = _clock()
+    prof.__exit__(None, None, None)
+    steps["exit"] = _since(t)
+    t = _clock()
+    names = cuda_kernel_names(prof)
+    steps["names"] = _since(t)
+    return {"steps": steps, "names": len(names)}
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    dev = "cpu" if args.dry else "cuda"
+    sync = (lambda: None) if args.dry else torch.cuda.synchronize
+    t = _clock()
+    x = torch.randn(1 << 16, device=dev)
+    sync()
+    out: dict = {"mode": args.mode, "context": _since(t)}
+
+    def call() -> None:
+        y = x
+        for _ in range(20):
+            y = y * 1.0001
+        sync()
+
+    call()
+    if args.mode == "modules":
+        t = _clock()
+        ops = [torch.sin, torch.cos, torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.sqrt, torch.abs,
+               torch.neg, torch.floor, torch.ceil, torch.round, torch.erf, torch.expm1, torch.rsqrt, torch.sign]
+        for op in ops:
+            for dt in (torch.float32, torch.bfloat16):
+                op(x.to(dt).abs() + 1)
+        for red in (torch.sum, torch.amax, torch.amin, torch.mean, torch.prod, torch.cumsum):
+            red(x, 0) if red is torch.cumsum else red(x)
+        torch.sort(x)
+        torch.topk(x, 5)
+        x.view(256, 256) @ x.view(256, 256)
+        sync()
+        out["load_modules"] = _since(t)
+    if args.mode in ("plain", "modules"):
+        out["first"] = profiled_call(args.dry, call)
+        out["second"] = profiled_call(args.dry, call)
+    else:
+        def spin(seconds: float) -> int:
+            n, end = 0, time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                n += 1
+                if args.mode == "thread-cuda" and n % 2000 == 0:
+                    call()
+            return n
+
+        alone = spin(1.0)
+        box: dict = {}
+
+        def first() -> None:
+            t0 = time.perf_counter()
+            box["first"] = profiled_call(args.dry, lambda: None)
+            box["wall"] = time.perf_counter() - t0
+
+        th = threading.Thread(target=first)
+        t0 = time.perf_counter()
+        th.start()
+        n = 0
+        while th.is_alive():
+            n += spin(0.05)
+        wall = time.perf_counter() - t0
+        out.update(first=box.get("first"), thread_wall=round(box.get("wall", 0.0), 3),
+                   main_rate_share=round((n / wall) / alone, 3) if wall else None)
+        out["second"] = profiled_call(args.dry, call)
+    print(json.dumps(out), flush=True)
+
+
+def run(p: int, args: argparse.Namespace, env: dict, mode: str) -> list[dict]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, *(["--dry"] if args.dry else [])]
+    kids = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(p)]
+    out = []
+    for k in kids:
+        so, se = k.communicate()
+        lines = [ln for ln in so.splitlines() if ln.startswith("{")]
+        if k.returncode or not lines:
+            print(f"  a child failed (exit {k.returncode}): {se.strip().splitlines()[-3:]}")
+            continue
+        out.append(json.loads(lines[-1]))
+    return out
+
+
+def _med(rows: list[dict], *path: str) -> str:
+    vals = []
+    for r in rows:
+        v = r
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return "-"
+    if isinstance(vals[0], list):
+        return f"{statistics.median(v[0] for v in vals):.2f}/{statistics.median(v[1] for v in vals):.2f}"
+    return f"{statistics.median(vals):.3g}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 15])
+    ap.add_argument("--modes", nargs="+", default=["plain", "modules", "thread", "thread-cuda"])
+    ap.add_argument("--mode", default="plain")
+    ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("--mps", action="store_true")
+    ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    import contextlib
+
+    extra = dict(kv.split("=", 1) for kv in args.env)
+    print("steps: wall/cpu seconds, medians over the children; cpu counts every thread of the process")
+    for p in args.procs:
+        ctx = contextlib.nullcontext(None)
+        if args.mps and p > 1:
+            from parity.mps import mps_session
+
+            ctx = mps_session(p, print)
+        with ctx as state:
+            env = dict(os.environ, **(getattr(state, "env", None) or {}), **extra)
+            for mode in args.modes if p == 1 else args.modes[:1]:
+                t0 = time.perf_counter()
+                res = run(p, args, env, mode)
+                head = f"== {p} proc(s) {mode}{' MPS' if args.mps and p > 1 else ''} {extra or ''} ({time.perf_counter() - t0:.1f} s, {len(res)} ok):"
+                if not res:
+                    print(head, "no result")
+                    continue
+                cols = [f"context {_med(res, 'context')}"]
+                if mode == "modules":
+                    cols.append(f"load 40 kernels {_med(res, 'load_modules')}")
+                for which in ("first", "second"):
+                    cols.append(which + " " + " ".join(
+                        f"{s} {_med(res, which, 'steps', s)}" for s in ("import", "enter", "call", "exit", "names")))
+                if mode.startswith("thread"):
+                    cols.append(f"thread wall {_med(res, 'thread_wall')}, main thread's rate share {_med(res, 'main_rate_share')}")
+                print(head, "; ".join(cols), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""`parity.pool`: each ended child's exit code and its CPU seconds (`cpu_seconds`), what `check --jobs` prints
+per job ("done in 23.8 s, 21.0 s of CPU"): a job whose CPU time is near its wall time waits on nothing but
+the cores."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from parity import pool
+
+BURN = "import time, sys\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\nsys.exit(3)"
+SLEEP = "import time; time.sleep(0.4)"
+
+
+def test_the_pool_keeps_each_childs_exit_code_and_cpu_seconds():
+    procs, ended = {}, {}
+
+    def start(task: str) -> subprocess.Popen:
+        procs[task] = subprocess.Popen([sys.executable, "-c", BURN if task == "burn" else SLEEP], **pool.child_kwargs())
+        return procs[task]
+
+    def done(task: str, code: int, seconds: float) -> None:
+        ended[task] = (code, seconds, pool.cpu_seconds(procs[task]))
+
+    assert pool.run_pool(["burn", "sleep"], start, 2, done, poll=0.02) is False
+    code, seconds, cpu = ended["burn"]
+    assert code == 3 and cpu is not None and 0.35 <= cpu <= seconds + 0.05
+    code, seconds, cpu = ended["sleep"]
+    assert code == 0 and cpu is not None and cpu < 0.3 and seconds >= 0.4
+
+
+def test_a_child_reaped_elsewhere_has_no_cpu_seconds():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert pool.cpu_seconds(proc) is None
