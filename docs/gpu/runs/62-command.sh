@@ -8,6 +8,7 @@
 #    default here: inductor's compile pool of every core in every child, what run 57 ran), pass 3 warm with this
 #    tree's default (child_env caps it at the child's share of the cores: 1). CPU busy sampled with the GPU's.
 #    Each job's CPU seconds now in its "done" line; the MPS probe through the driver API (timed).
+#    Pass 4: pass 3 with DFLASH_PARITY_CUDA_SCHEDULE=blocking (each child's synchronize sleeps instead of spinning).
 # 3. scripts/gpu_startup_profile.py --side-by-side --mps over the 11 lowerings (warm caches, compile threads 1).
 # 4. The Triton/inductor caches packed ($OUT/jit_cache.tar.xz) for the next machine.
 set -u
@@ -23,10 +24,13 @@ SX="--shards windowed_merge[flashinfer-compiled]=5 --mps --limit max_production_
 TORCHINDUCTOR_COMPILE_THREADS=16 STEPS=sweep SWEEP_PASSES=2 SWEEP_JOBS=15 SWEEP_TIMEOUT=${SWEEP_LIMIT:-240} SWEEP_TIMEOUT_LATER=90 \
   SWEEP_EXTRA="$SX" NO_FINAL_PACK=1 bash scripts/gpu_session.sh > /dev/null 2>&1
 mv $OUT/gpu_session.log $OUT/sweep12.log
-STEPS=sweep SWEEP_FIRST_PASS=3 SWEEP_PASSES=3 SWEEP_JOBS=15 SWEEP_TIMEOUT=90 SWEEP_EXTRA="$SX" NO_FINAL_PACK=1 PACK_JIT=1 \
+STEPS=sweep SWEEP_FIRST_PASS=3 SWEEP_PASSES=3 SWEEP_JOBS=15 SWEEP_TIMEOUT=90 SWEEP_EXTRA="$SX" NO_FINAL_PACK=1 \
   bash scripts/gpu_session.sh > /dev/null 2>&1
 mv $OUT/gpu_session.log $OUT/sweep3.log
-grep -E "^== (fast|GPU|CPU|pack)|exit code|^lowering|^---|pass |fail |INTERRUPTED|stopp|cases in|\[mps\]|done in|  time " $OUT/sweep12.log $OUT/sweep3.log | cut -c1-230 | head -120
+DFLASH_PARITY_CUDA_SCHEDULE=blocking STEPS=sweep SWEEP_FIRST_PASS=4 SWEEP_PASSES=4 SWEEP_JOBS=15 SWEEP_TIMEOUT=90 \
+  SWEEP_EXTRA="$SX" NO_FINAL_PACK=1 PACK_JIT=1 bash scripts/gpu_session.sh > /dev/null 2>&1
+mv $OUT/gpu_session.log $OUT/sweep4.log
+grep -E "^== (fast|GPU|CPU|pack)|exit code|^lowering|^---|pass |fail |INTERRUPTED|stopp|cases in|\[mps\]|done in|  time " $OUT/sweep12.log $OUT/sweep3.log $OUT/sweep4.log | cut -c1-230 | head -150
 start=$(date +%s)
 TORCHINDUCTOR_COMPILE_THREADS=1 timeout -s TERM -k 5 ${SU_LIMIT:-60} python3 scripts/gpu_startup_profile.py --side-by-side --mps \
   'context[flashinfer-fa2]' 'context[flashinfer-fa3]' 'decode_rows[flashinfer]' 'decode_rows[flashinfer-tc]' \
