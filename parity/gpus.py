@@ -8,12 +8,7 @@
 
 Nothing here changes anything on a machine with fewer than two GPUs.
 
-`set_cuda_schedule(mode)`: how this process's CPU waits for the GPU (`DFLASH_PARITY_CUDA_SCHEDULE` in a `--jobs`
-child: `spin`, `yield`, `blocking`), set on the primary context before it exists; an experiment of issue 18 (15
-processes on 16 cores: a synchronize that spins takes a core another process could use).
-
-Public: `visible_gpus`, `narrowed_visible_devices`, `GpuSlots`, `xdist_gpu_index`, `pin_xdist_worker`,
-`set_cuda_schedule`.
+Public: `visible_gpus`, `narrowed_visible_devices`, `GpuSlots`, `xdist_gpu_index`, `pin_xdist_worker`.
 """
 
 from __future__ import annotations
@@ -94,27 +89,3 @@ def pin_xdist_worker(worker_id: str | None) -> int | None:
     os.environ["CUDA_VISIBLE_DEVICES"] = narrowed_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"),
                                                                   index, count)
     return index
-
-
-CUDA_SCHEDULES = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}  # CU_CTX_SCHED_*
-
-
-def set_cuda_schedule(mode: str) -> str | None:
-    """Set the primary context's CPU wait (`CUDA_SCHEDULES`) of device 0 through the driver API; call before
-    any CUDA work in this process. None when set, else why not (the process then keeps the driver's own)."""
-    if mode not in CUDA_SCHEDULES:
-        return f"DFLASH_PARITY_CUDA_SCHEDULE must be one of {', '.join(CUDA_SCHEDULES)}, got {mode!r}"
-    try:
-        import ctypes
-
-        cuda = ctypes.CDLL("libcuda.so.1")
-        dev = ctypes.c_int()
-        for what, rc in (("cuInit", lambda: cuda.cuInit(0)), ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0)),
-                         ("cuDevicePrimaryCtxSetFlags", lambda: cuda.cuDevicePrimaryCtxSetFlags_v2(dev, CUDA_SCHEDULES[mode]))):
-            code = rc()
-            if code:
-                return f"{what} returned {code}"
-    except (OSError, AttributeError) as err:
-        return f"no CUDA driver API here ({err})"
-    return None
-

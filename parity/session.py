@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -523,13 +522,6 @@ def part_main(argv: Sequence[str]) -> int:
         print("usage: python -m parity.session --part SPEC (a dflash-parity check --jobs child)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        schedule = os.environ.get("DFLASH_PARITY_CUDA_SCHEDULE")
-        if schedule:
-            from parity.gpus import set_cuda_schedule
-
-            why = set_cuda_schedule(schedule)
-            print(f"[cuda] the CPU waits for the GPU by {schedule!r}" if why is None else
-                  f"[cuda] {schedule!r} not set: {why}", file=sys.stderr)
         spec = json.loads(argv[1])
         config = CheckConfig.from_json(spec["config"])
         part = Part(spec["part"]["lowering"], tuple(spec["part"]["shard"]) if spec["part"]["shard"] else None)

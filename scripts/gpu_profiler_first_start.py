@@ -9,7 +9,11 @@ Each child makes its CUDA context, then, by `--mode`:
   it, reading the names (`cuda_kernel_names`); then a second profiled call the same way.
 - `modules`: `plain` after 40 distinct kernels have been loaded (does the first start grow with the
   modules loaded before it? CUPTI instruments loaded modules).
-- `thread`: the first start and stop in a background thread while the main thread counts pure-Python loop
+- `nocorr`, `kernel-only`: `plain` with `_ExperimentalConfig(disable_external_correlation=True)`, or with
+  kineto's own config asking for kernels only (`custom_profiler_config="ACTIVITY_TYPES=kernel"`).
+- `cupti`: CUPTI alone first, through ctypes (load libcupti, enable and disable the concurrent-kernel
+  activity), then `plain`: is the first start CUPTI's own cost or kineto's?
+- `thread` (not in the default list: in run 62 the thread modes did not finish within the 70 s limit): the first start and stop in a background thread while the main thread counts pure-Python loop
   iterations: the main thread's rate against its rate alone is the share of the interpreter the start left
   free (1.0: it holds no GIL).
 - `thread-cuda`: the same, the main thread launching small kernels and synchronizing (like `--warm-up`).
@@ -41,7 +45,45 @@ def _since(t: tuple[float, float]) -> tuple[float, float]:
     return round(w - t[0], 4), round(c - t[1], 4)
 
 
-def profiled_call(dry: bool, call) -> dict:
+def _profile_kwargs(mode: str) -> dict:
+    """The `torch.profiler.profile` keyword arguments of a config variant (`nocorr`, `kernel-only`)."""
+    if mode not in ("nocorr", "kernel-only"):
+        return {}
+    from torch._C._profiler import _ExperimentalConfig
+
+    if mode == "nocorr":
+        return {"experimental_config": _ExperimentalConfig(disable_external_correlation=True)}
+    return {"experimental_config": _ExperimentalConfig(custom_profiler_config="ACTIVITY_TYPES=kernel")}
+
+
+def raw_cupti() -> dict:
+    """CUPTI itself, through ctypes (libcupti of the nvidia-cuda-cupti package torch depends on): the seconds
+    (wall, cpu) of loading it, of `cuptiActivityEnable(CONCURRENT_KERNEL)` and of disabling it again."""
+    import ctypes
+    import glob
+
+    out = {}
+    t = _clock()
+    paths = []
+    for base in sys.path:
+        paths += glob.glob(os.path.join(base, "nvidia", "cu*", "lib", "libcupti.so*"))
+        paths += glob.glob(os.path.join(base, "nvidia", "cuda_cupti", "lib", "libcupti.so*"))
+    if not paths:
+        return {"error": "no libcupti found"}
+    lib = ctypes.CDLL(sorted(paths)[-1])
+    out["load"] = _since(t)
+    t = _clock()
+    rc = lib.cuptiActivityEnable(10)  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+    out["enable"] = _since(t)
+    out["enable_rc"] = rc
+    t = _clock()
+    out["disable_rc"] = lib.cuptiActivityDisable(10)
+    out["disable"] = _since(t)
+    out["lib"] = os.path.basename(sorted(paths)[-1])
+    return out
+
+
+def profiled_call(dry: bool, call, mode: str = "plain") -> dict:
     """One profiled call, step by step: {step: (wall s, cpu s)} and the names read."""
     steps = {}
     t = _clock()
@@ -55,7 +97,7 @@ def profiled_call(dry: bool, call) -> dict:
     from parity.hardening import cuda_kernel_names
     steps["import"] = _since(t)
     t = _clock()
-    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof = profile(activities=[ProfilerActivity.CUDA], **_profile_kwargs(mode))
     prof.__enter__()
     steps["enter"] = _since(t)
     t = _clock()
@@ -101,9 +143,13 @@ def child(args: argparse.Namespace) -> None:
         x.view(256, 256) @ x.view(256, 256)
         sync()
         out["load_modules"] = _since(t)
-    if args.mode in ("plain", "modules"):
+    if args.mode == "cupti":
+        out["cupti"] = {} if args.dry else raw_cupti()
         out["first"] = profiled_call(args.dry, call)
         out["second"] = profiled_call(args.dry, call)
+    elif args.mode in ("plain", "modules", "nocorr", "kernel-only"):
+        out["first"] = profiled_call(args.dry, call, args.mode)
+        out["second"] = profiled_call(args.dry, call, args.mode)
     else:
         def spin(seconds: float) -> int:
             n, end = 0, time.perf_counter() + seconds
@@ -167,7 +213,7 @@ def _med(rows: list[dict], *path: str) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 15])
-    ap.add_argument("--modes", nargs="+", default=["plain", "modules", "thread", "thread-cuda"])
+    ap.add_argument("--modes", nargs="+", default=["plain", "modules", "nocorr", "kernel-only", "cupti"])
     ap.add_argument("--mode", default="plain")
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--mps", action="store_true")
@@ -202,6 +248,8 @@ def main() -> int:
                 for which in ("first", "second"):
                     cols.append(which + " " + " ".join(
                         f"{s} {_med(res, which, 'steps', s)}" for s in ("import", "enter", "call", "exit", "names")))
+                if mode == "cupti":
+                    cols.append("raw CUPTI " + json.dumps(res[0].get("cupti")))
                 if mode.startswith("thread"):
                     cols.append(f"thread wall {_med(res, 'thread_wall')}, main thread's rate share {_med(res, 'main_rate_share')}")
                 print(head, "; ".join(cols), flush=True)
