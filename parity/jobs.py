@@ -26,7 +26,11 @@ serial run draws (every S-th draw, or every S-th compile family of a lowering th
 `parity.shards`); their parts merge into the lowering's one entry (`merge_lowering`, also the pytest
 plugin's merge of its xdist workers' parts).
 
-Public: `child_argv(config, part)`, `child_env`, `run_jobs(session, names, shards=None) -> (data,
+Each child's CPU seconds end its "done" line, and their sum ends the run (`cpu_line`): on session 18's H200
+every child of run 11's command was bound by its CPU (its CPU seconds 97-100% of its wall), so the sum over the
+cores is the wall's floor.
+
+Public: `child_argv(config, part)`, `child_env`, `cpu_line`, `run_jobs(session, names, shards=None) -> (data,
 interrupted)`, `merge_parts(...)`, `merge_lowering(...)`, `part_path(report_dir, name, shard=None)`.
 """
 
@@ -37,6 +41,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -210,12 +215,25 @@ def _mps_for(session: Any, per_gpu: int):
     return recorded()
 
 
+def cpu_line(cpu_seconds: Sequence[float], wall: float, cores: int) -> str:
+    """What the children's CPU seconds say about the run: their sum, the share of the cores they kept busy
+    over `wall`, and the wall a perfect balance over `cores` would need (their sum over the cores). When that
+    floor is near the wall, the host's CPU, not the GPU, sets the pace: less host work per case, not more
+    overlap, makes the run faster ('' without figures)."""
+    if not cpu_seconds or wall <= 0:
+        return ""
+    total = sum(cpu_seconds)
+    return (f"{len(cpu_seconds)} process(es) used {total:.1f} s of CPU in {wall:.1f} s: {100 * total / (wall * cores):.0f}% "
+            f"of {cores} cores; {total / cores:.1f} s at best on these cores")
+
+
 def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str, int], env: dict[str, str], gpus,
                *, poll: float, grace: float) -> tuple[dict[str, Any], bool]:
     config, report_dir, say = session.config, Path(session.config.report), session.say
     exits: dict[str, int | None] = {}
     held: dict[Any, tuple[Any, int | None]] = {}  # task -> (its log file, its GPU)
     procs: dict[Any, subprocess.Popen] = {}
+    cpu_used: list[float] = []  # the CPU seconds of each ended child that has them
 
     def label(t) -> str:
         return shards_mod.shard_label(t.lowering, t.shard)
@@ -239,9 +257,15 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         exits[label(t)] = code
         cpu = pool.cpu_seconds(procs.pop(t))
         used = f", {cpu:.1f} s of CPU" if cpu is not None else ""
+        if cpu is not None:
+            cpu_used.append(cpu)
         say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")
 
+    t0 = time.perf_counter()
     interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
                                 say=lambda line: say(f"[jobs] {line}"), what="check(s)")
+    line = cpu_line(cpu_used, time.perf_counter() - t0, os.cpu_count() or 1)
+    if line:
+        say(f"[jobs] {line}")
     data = merge_parts(report_dir, names, exits, session.top(), shards, keep_families=config.shard is not None)
     return data, interrupted

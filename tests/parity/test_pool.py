@@ -34,3 +34,24 @@ def test_a_child_reaped_elsewhere_has_no_cpu_seconds():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert pool.cpu_seconds(proc) is None
+
+
+def test_the_cpu_line_gives_the_sum_the_share_and_the_floor():
+    from parity.jobs import cpu_line
+
+    line = cpu_line([18.0, 34.7, 30.0], 35.7, 16)
+    assert line == "3 process(es) used 82.7 s of CPU in 35.7 s: 14% of 16 cores; 5.2 s at best on these cores"
+    assert cpu_line([], 10.0, 16) == "" and cpu_line([1.0], 0.0, 16) == ""
+
+
+def test_a_jobs_run_prints_each_childs_cpu_seconds_and_their_sum(tmp_path, capsys):
+    from parity import cli
+
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "3", "--no-isolate",
+                     "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert code == 0, said
+    import re
+    assert len(re.findall(r"\[jobs\] \S+: done in [\d.]+ s, [\d.]+ s of CPU \(exit 0", said)) == 2, said
+    assert re.search(r"\[jobs\] 2 process\(es\) used [\d.]+ s of CPU in [\d.]+ s: \d+% of \d+ cores; [\d.]+ s at best", said)
