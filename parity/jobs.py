@@ -26,11 +26,11 @@ serial run draws (every S-th draw, or every S-th compile family of a lowering th
 `parity.shards`); their parts merge into the lowering's one entry (`merge_lowering`, also the pytest
 plugin's merge of its xdist workers' parts).
 
-Each child's CPU seconds end its "done" line, and their sum ends the run (`cpu_line`): on session 18's H200
-every child of run 11's command was bound by its CPU (its CPU seconds 97-100% of its wall), so the sum over the
-cores is the wall's floor.
+Each child's CPU seconds (its isolated workers' included: `workers_cpu_path`) end its "done" line, and their
+sum ends the run (`cpu_line`). On session 18's H200 every child of run 11's command was bound by its CPU (its CPU
+seconds 97-99% of its wall, run 62), so their sum over the cores is the wall's floor.
 
-Public: `child_argv(config, part)`, `child_env`, `cpu_line`, `run_jobs(session, names, shards=None) -> (data,
+Public: `child_argv(config, part)`, `child_env`, `cpu_line`, `workers_cpu_path`, `run_jobs(session, names, shards=None) -> (data,
 interrupted)`, `merge_parts(...)`, `merge_lowering(...)`, `part_path(report_dir, name, shard=None)`.
 """
 
@@ -57,6 +57,19 @@ def part_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
     """Where the child checking `name` (or one shard of it) writes its report entry."""
     suffix = "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
     return Path(report_dir) / "parts" / f"{lowering_stem(name)}{suffix}.json"
+
+
+def workers_cpu_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
+    """Where that child writes the CPU seconds of its isolated workers (one number), which run outside its
+    process tree (a fork server's children), so its own CPU seconds do not hold them."""
+    return part_path(report_dir, name, shard).with_suffix(".workers-cpu")
+
+
+def _workers_cpu(path: Path) -> float:
+    try:
+        return max(0.0, float(path.read_text().strip()))
+    except (OSError, ValueError):
+        return 0.0
 
 
 def child_argv(config: Any, part: Any) -> list[str]:
@@ -241,6 +254,7 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
     def start(t) -> subprocess.Popen:
         log_path = part_path(report_dir, t.lowering, t.shard).with_suffix(".log")
         log_path.unlink(missing_ok=True)  # a planted link is removed, never written through
+        workers_cpu_path(report_dir, t.lowering, t.shard).unlink(missing_ok=True)  # an earlier run's
         log = open(log_path, "w")
         gpu = gpus.take()
         held[t] = (log, gpu)
@@ -256,7 +270,10 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         gpus.give_back(gpu)
         exits[label(t)] = code
         cpu = pool.cpu_seconds(procs.pop(t))
-        used = f", {cpu:.1f} s of CPU" if cpu is not None else ""
+        workers = _workers_cpu(workers_cpu_path(report_dir, t.lowering, t.shard))
+        if cpu is not None and workers:
+            cpu += workers
+        used = "" if cpu is None else f", {cpu:.1f} s of CPU" + (f" ({workers:.1f} s in isolated workers)" if workers else "")
         if cpu is not None:
             cpu_used.append(cpu)
         say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")

@@ -90,6 +90,7 @@ class CheckSession:
         self.started: str | None = None
         self.overrides = config.overrides()
         self._executor = None
+        self.worker_cpu_seconds = 0.0  # of the isolated workers, once closed (`close`)
         self._loaded = False
 
     # ---- set-up -------------------------------------------------------------------------------------
@@ -241,6 +242,7 @@ class CheckSession:
         if self._executor is not None:
             ex, self._executor = self._executor, None
             ex.close()
+            self.worker_cpu_seconds += ex.worker_cpu_seconds
             if not self.config.quiet:
                 label = f"  {shard_label_of(self.part)}: " if self.part else ""
                 _stderr(f"{label}isolated: {ex.workers_started} worker(s) started, {ex.crashes} case(s) crashed or "
@@ -444,6 +446,9 @@ class CheckSession:
             rep = self.check(lw, shard=shard, work_dir=work_dir, progress=self._part_progress(label))
         finally:
             self.close()
+            if self.worker_cpu_seconds:  # the parent's count of this child's CPU cannot see them (not its children)
+                with contextlib.suppress(OSError):
+                    jobs_mod.workers_cpu_path(self.report_dir, name, inner).write_text(f"{self.worker_cpu_seconds:.3f}\n")
         fams = rep.compile_families
         data = self.write([rep], part=jobs_mod.part_path(self.report_dir, name, inner), work_dir=work_dir,
                           amend_part=lambda entry: shards_mod.shard_part_entry(entry, work_dir if inner else None, fams))

@@ -11,6 +11,7 @@ Each child makes its CUDA context, then, by `--mode`:
   modules loaded before it? CUPTI instruments loaded modules).
 - `nocorr`, `kernel-only`: `plain` with `_ExperimentalConfig(disable_external_correlation=True)`, or with
   kineto's own config asking for kernels only (`custom_profiler_config="ACTIVITY_TYPES=kernel"`).
+- `kernelnames`: `parity.hardening.KernelNames` itself (its `profiler_options()`), names read in its stop.
 - `cupti`: CUPTI alone first, through ctypes (load libcupti, enable and disable the concurrent-kernel
   activity), then `plain`: is the first start CUPTI's own cost or kineto's?
 - `thread` (not in the default list: in run 62 the thread modes did not finish within the 70 s limit): the first start and stop in a background thread while the main thread counts pure-Python loop
@@ -94,8 +95,21 @@ def profiled_call(dry: bool, call, mode: str = "plain") -> dict:
         return {"steps": steps, "names": 0}
     from torch.profiler import ProfilerActivity, profile
 
-    from parity.hardening import cuda_kernel_names
+    from parity.hardening import KernelNames, cuda_kernel_names
     steps["import"] = _since(t)
+    if mode == "kernelnames":  # the check's own path: start, the call, stop (names read in stop)
+        kn = KernelNames()
+        t = _clock()
+        kn.start()
+        steps["enter"] = _since(t)
+        t = _clock()
+        call()
+        steps["call"] = _since(t)
+        t = _clock()
+        kn.stop()
+        steps["exit"] = _since(t)
+        steps["names"] = (0.0, 0.0)
+        return {"steps": steps, "names": len(kn.seen or [])}
     t = _clock()
     prof = profile(activities=[ProfilerActivity.CUDA], **_profile_kwargs(mode))
     prof.__enter__()
@@ -147,7 +161,7 @@ def child(args: argparse.Namespace) -> None:
         out["cupti"] = {} if args.dry else raw_cupti()
         out["first"] = profiled_call(args.dry, call)
         out["second"] = profiled_call(args.dry, call)
-    elif args.mode in ("plain", "modules", "nocorr", "kernel-only"):
+    elif args.mode in ("plain", "modules", "nocorr", "kernel-only", "kernelnames"):
         out["first"] = profiled_call(args.dry, call, args.mode)
         out["second"] = profiled_call(args.dry, call, args.mode)
     else:
@@ -250,6 +264,7 @@ def main() -> int:
                         f"{s} {_med(res, which, 'steps', s)}" for s in ("import", "enter", "call", "exit", "names")))
                 if mode == "cupti":
                     cols.append("raw CUPTI " + json.dumps(res[0].get("cupti")))
+                cols.append(f"names read {_med(res, 'first', 'names')}")
                 if mode.startswith("thread"):
                     cols.append(f"thread wall {_med(res, 'thread_wall')}, main thread's rate share {_med(res, 'main_rate_share')}")
                 print(head, "; ".join(cols), flush=True)

@@ -55,3 +55,19 @@ def test_a_jobs_run_prints_each_childs_cpu_seconds_and_their_sum(tmp_path, capsy
     import re
     assert len(re.findall(r"\[jobs\] \S+: done in [\d.]+ s, [\d.]+ s of CPU \(exit 0", said)) == 2, said
     assert re.search(r"\[jobs\] 2 process\(es\) used [\d.]+ s of CPU in [\d.]+ s: \d+% of \d+ cores; [\d.]+ s at best", said)
+
+
+def test_an_isolated_jobs_run_counts_its_workers_cpu(tmp_path, capsys):
+    """Isolated workers are a fork server's children, not the check child's: the child writes their CPU
+    seconds next to its part and the parent adds them (else an isolated run looked idle: 7 s of CPU in a
+    60 s job, H200 run 63)."""
+    from parity import cli
+
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "3",
+                     "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert code == 0, said
+    import re
+    found = re.findall(r"done in [\d.]+ s, ([\d.]+) s of CPU \(([\d.]+) s in isolated workers\)", said)
+    assert len(found) == 2 and all(float(total) >= float(workers) > 0 for total, workers in found), said
