@@ -221,19 +221,6 @@ def kernel_name_failures(lowering: Lowering, case: Case, seen: list[str]) -> lis
     return counters.kernel_name_failures(seen, lowering.kernel_families(case), forbidden)
 
 
-def profiler_options() -> dict:
-    """`torch.profiler.profile` options for reading kernel names: kineto's external correlation off (it links
-    device activities to user annotations, which names do not need). Its first start in a process is torch's
-    and kineto's start-up, seconds of CPU (H200 session 18: 4.4-6.2 s plain, 3.8 s in one sample without the
-    correlation; CUPTI's own enabling 19 ms). {} where this torch has no such option."""
-    try:
-        from torch._C._profiler import _ExperimentalConfig
-
-        return {"experimental_config": _ExperimentalConfig(disable_external_correlation=True)}
-    except (ImportError, TypeError, AttributeError):
-        return {}
-
-
 class KernelNames:
     """The CUDA kernel names of the judged call itself (`parity.case_run`: a case whose kernel names are read):
     `start()` right before it, `stop()` right after it (also when it raised), then `failures(lowering, case)`.
@@ -253,7 +240,7 @@ class KernelNames:
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.synchronize()
-        self._prof = profile(activities=[ProfilerActivity.CUDA], **profiler_options())
+        self._prof = profile(activities=[ProfilerActivity.CUDA])
         self._prof.__enter__()
 
     def stop(self) -> None:

@@ -11,7 +11,7 @@ Each child makes its CUDA context, then, by `--mode`:
   modules loaded before it? CUPTI instruments loaded modules).
 - `nocorr`, `kernel-only`: `plain` with `_ExperimentalConfig(disable_external_correlation=True)`, or with
   kineto's own config asking for kernels only (`custom_profiler_config="ACTIVITY_TYPES=kernel"`).
-- `kernelnames`: `parity.hardening.KernelNames` itself (its `profiler_options()`), names read in its stop.
+- `kernelnames`: `parity.hardening.KernelNames` itself, names read in its stop.
 - `cupti`: CUPTI alone first, through ctypes (load libcupti, enable and disable the concurrent-kernel
   activity), then `plain`: is the first start CUPTI's own cost or kineto's?
 - `thread` (not in the default list: in run 62 the thread modes did not finish within the 70 s limit): the first start and stop in a background thread while the main thread counts pure-Python loop
