@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,20 +74,12 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run(p: int, args: argparse.Namespace, env: dict) -> list[dict]:
+    from child_json import json_children
+
     with tempfile.TemporaryDirectory() as barrier:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--barrier", barrier, "--procs-now", str(p),
                "--iters", str(args.iters), "--launches", str(args.launches), *(["--dry"] if args.dry else [])]
-        kids = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                for _ in range(p)]
-        out = []
-        for k in kids:
-            so, se = k.communicate()
-            lines = [ln for ln in so.splitlines() if ln.startswith("{")]
-            if k.returncode or not lines:
-                print(f"  a child failed (exit {k.returncode}): {se.strip().splitlines()[-1:] }")
-                continue
-            out.append(json.loads(lines[-1]))
-        return out
+        return json_children(cmd, p, env)
 
 
 def main() -> int:

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -195,18 +194,10 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run(p: int, args: argparse.Namespace, env: dict, mode: str) -> list[dict]:
+    from child_json import json_children
+
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, *(["--dry"] if args.dry else [])]
-    kids = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            for _ in range(p)]
-    out = []
-    for k in kids:
-        so, se = k.communicate()
-        lines = [ln for ln in so.splitlines() if ln.startswith("{")]
-        if k.returncode or not lines:
-            print(f"  a child failed (exit {k.returncode}): {se.strip().splitlines()[-3:]}")
-            continue
-        out.append(json.loads(lines[-1]))
-    return out
+    return json_children(cmd, p, env)
 
 
 def _med(rows: list[dict], *path: str) -> str:
