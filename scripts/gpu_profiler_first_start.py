@@ -98,31 +98,19 @@ def profiled_call(dry: bool, call, mode: str = "plain") -> dict:
     steps["import"] = _since(t)
     if mode == "kernelnames":  # the check's own path: start, the call, stop (names read in stop)
         kn = KernelNames()
+        begin, end, count = kn.start, kn.stop, (lambda: len(kn.seen or []))
+    else:
+        prof = profile(activities=[ProfilerActivity.CUDA], **_profile_kwargs(mode))
+        begin, end = prof.__enter__, (lambda: prof.__exit__(None, None, None))
+        count = lambda: len(cuda_kernel_names(prof))  # noqa: E731
+    for step, fn in (("enter", begin), ("call", call), ("exit", end)):
         t = _clock()
-        kn.start()
-        steps["enter"] = _since(t)
-        t = _clock()
-        call()
-        steps["call"] = _since(t)
-        t = _clock()
-        kn.stop()
-        steps["exit"] = _since(t)
-        steps["names"] = (0.0, 0.0)
-        return {"steps": steps, "names": len(kn.seen or [])}
+        fn()
+        steps[step] = _since(t)
     t = _clock()
-    prof = profile(activities=[ProfilerActivity.CUDA], **_profile_kwargs(mode))
-    prof.__enter__()
-    steps["enter"] = _since(t)
-    t = _clock()
-    call()
-    steps["call"] = _since(t)
-    t = _clock()
-    prof.__exit__(None, None, None)
-    steps["exit"] = _since(t)
-    t = _clock()
-    names = cuda_kernel_names(prof)
+    names = count()
     steps["names"] = _since(t)
-    return {"steps": steps, "names": len(names)}
+    return {"steps": steps, "names": names}
 
 
 def child(args: argparse.Namespace) -> None:
