@@ -130,4 +130,3 @@ def test_a_case_that_is_not_sampled_is_not_profiled(monkeypatch, policy):
     assert not case_run.kernel_names_read(Declares(), CASE, RunOptions(device="cpu", profile_every=1))
     assert case_run.kernel_names_read(Declares(), CASE, RunOptions(device="cuda", profile_every=1))
     assert not case_run.kernel_names_read(DecodeRows(), CASE, RunOptions(device="cuda", profile_every=1))
-
