@@ -230,3 +230,38 @@ def test_one_process_per_gpu_starts_nothing(fake_daemon):
 
 def test_processes_per_gpu_is_the_most_that_share_one():
     assert [mps.processes_per_gpu(n, g) for n, g in ((16, 0), (16, 1), (16, 2), (5, 2), (2, 4))] == [16, 16, 8, 3, 1]
+
+
+def test_the_real_probe_fails_where_no_cuda_context_can_be_made_and_says_why():
+    """`mps.PROBE` itself (the driver API through ctypes, no torch): where libcuda cannot be loaded it exits
+    non-zero naming it, so `mps_session` says why and runs without MPS; where it can (a GPU runner, no daemon in
+    the way) it makes a context and exits 0. Pointed at a pipe directory with no daemon, the driver falls back to
+    a plain context, so a GPU runner shows the probe's success path only."""
+    import ctypes
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+    res = subprocess.run(mps.PROBE, env=env, capture_output=True, text=True, timeout=120)
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        has_driver = torch.cuda.is_available()
+    except OSError:
+        has_driver = False
+    if has_driver:
+        assert res.returncode == 0, res.stderr
+    else:
+        assert res.returncode != 0 and "libcuda" in mps._last_line(res.stderr) + res.stderr, res.stderr
+
+
+def test_a_probe_failure_of_the_driver_api_is_named_by_its_error():
+    """The probe's own error path: a failing driver call exits naming the call and the CUDA error."""
+    import subprocess
+
+    src = mps.PROBE[-1].replace('ctypes.CDLL("libcuda.so.1")', "FakeCuda()")
+    src = ("class FakeCuda:\n"
+           "    def cuInit(self, flags): return 999\n"
+           "    def cuGetErrorName(self, rc, out):\n"
+           "        import ctypes; out._obj.value = b'CUDA_ERROR_UNKNOWN'\n"
+           "    def __getattr__(self, name): return lambda *a: 0\n") + src
+    res = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "cuInit: CUDA_ERROR_UNKNOWN (999)" in res.stderr, res.stderr
