@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from parity.hooks import first_line
+
 SECTION = "dflash-parity: CUDA context"
 
 
@@ -28,8 +30,7 @@ def context_error() -> str | None:
     try:
         torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - any error of the probe is the finding
-        first = (str(err).strip().splitlines() or [""])[0]
-        return f"{type(err).__name__}: {first}"[:300]
+        return first_line(err)
     return None
 
 

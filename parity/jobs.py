@@ -271,11 +271,11 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         exits[label(t)] = code
         cpu = pool.cpu_seconds(procs.pop(t))
         workers = _workers_cpu(workers_cpu_path(report_dir, t.lowering, t.shard))
-        if cpu is not None and workers:
-            cpu += workers
-        used = "" if cpu is None else f", {cpu:.1f} s of CPU" + (f" ({workers:.1f} s in isolated workers)" if workers else "")
+        used = ""
         if cpu is not None:
+            cpu += workers
             cpu_used.append(cpu)
+            used = f", {cpu:.1f} s of CPU" + (f" ({workers:.1f} s in isolated workers)" if workers else "")
         say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")
 
     t0 = time.perf_counter()
