@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DEVICES = ("cpu", "cuda")
+JOBS_STARTS = ("prefork", "spawn")  # `--jobs-start`: see parity.prefork
 
 
 def InvalidInput(where: str, rule: str) -> Exception:  # noqa: N802  (imported late: `oracle` imports torch)
@@ -79,7 +80,9 @@ class CheckConfig:
     - where: `jobs` (processes on this host), `threads` (torch CPU threads per process running cases; None:
       `default_threads`), `shards` (`NAME=S` texts: one lowering over S of them),
       `shard` (`(I, S)`: this run is shard I of S of the serial run's cases, for several machines),
-      `warm_up`, `mps` (the `--jobs` children in one CUDA MPS context: `parity.mps`);
+      `jobs_start` (how `--jobs` children start: `prefork`, forked from one process that imported once:
+      `parity.prefork`; or `spawn`, a fresh interpreter each), `warm_up`, `mps` (the `--jobs` children in
+      one CUDA MPS context: `parity.mps`);
     - reports: `report` (directory; None: no files), `gate_baseline` and `gate_accept` (gate the report
       against a baseline report once written), `allow_nothing_judged`, `quiet`.
     """
@@ -101,6 +104,7 @@ class CheckConfig:
     isolate: bool = True
     case_timeout: float | None = None
     jobs: int = 1
+    jobs_start: str = "prefork"
     threads: int | None = None
     shards: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
@@ -132,6 +136,8 @@ class CheckConfig:
             _int_at_least("--flaky-runs", self.flaky_runs, 0)
         _int_at_least("--kernel-names-every", self.kernel_names_every, 0)
         _int_at_least("--jobs", self.jobs, 1)
+        if self.jobs_start not in JOBS_STARTS:
+            raise InvalidInput("--jobs-start", f"one of {', '.join(JOBS_STARTS)}, got {self.jobs_start!r}")
         if self.threads is not None:
             _int_at_least("--threads", self.threads, 1)
         for where in ("case_timeout", "hook_timeout"):

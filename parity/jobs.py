@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parity import pool
+from parity.prefork import Prefork, PreforkError
 from parity import shards as shards_mod
 from parity.outcome import FAMILY_KEYS
 from parity.report import lowering_stem
@@ -84,7 +85,7 @@ def child_argv(config: Any, part: Any) -> list[str]:
 
 def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None,
               mps: dict[str, str] | None = None) -> dict[str, str]:
-    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL) and inductor's
+    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL, OpenBLAS) and inductor's
     compile workers (`TORCHINDUCTOR_COMPILE_THREADS`; torch's default is a pool of every core, started by a
     child's first `torch.compile`) capped at its share of the cores unless the user set them; `jobs`
     processes of a full-width pool each oversubscribe the cores (measured on 2 cores: 3 jobs took twice as
@@ -92,7 +93,7 @@ def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None
     this environment's."""
     env = dict(os.environ if environ is None else environ)
     share = str(max(1, (cpus or os.cpu_count() or 1) // jobs))
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
         env.setdefault(var, share)
     env.update(mps or {})
     return env
@@ -228,16 +229,49 @@ def _mps_for(session: Any, per_gpu: int):
     return recorded()
 
 
-def cpu_line(cpu_seconds: Sequence[float], wall: float, cores: int) -> str:
-    """What the children's CPU seconds say about the run: their sum, the share of the cores they kept busy
-    over `wall`, and the wall a perfect balance over `cores` would need (their sum over the cores). When that
-    floor is near the wall, the host's CPU, not the GPU, sets the pace: less host work per case, not more
-    overlap, makes the run faster ('' without figures)."""
+def cpu_line(cpu_seconds: Sequence[float], wall: float, cores: int, prefork: float | None = None) -> str:
+    """What the children's CPU seconds say about the run: their sum (with `prefork`, the CPU seconds of the
+    process they were forked from: `parity.prefork`), the share of the cores they kept busy over `wall`, and
+    the wall a perfect balance over `cores` would need (their sum over the cores). When that floor is near the
+    wall, the host's CPU, not the GPU, sets the pace: less host work per case, not more overlap, makes the run
+    faster ('' without figures)."""
     if not cpu_seconds or wall <= 0:
         return ""
-    total = sum(cpu_seconds)
-    return (f"{len(cpu_seconds)} process(es) used {total:.1f} s of CPU in {wall:.1f} s: {100 * total / (wall * cores):.0f}% "
+    total = sum(cpu_seconds) + (prefork or 0.0)
+    who = f"{len(cpu_seconds)} process(es)" + ("" if prefork is None else " and their prefork")
+    return (f"{who} used {total:.1f} s of CPU in {wall:.1f} s: {100 * total / (wall * cores):.0f}% "
             f"of {cores} cores; {total / cores:.1f} s at best on these cores")
+
+
+class _Forks:
+    """`--jobs-start prefork`: the prefork the children are forked from (`parity.prefork`), or None where it
+    could not start or failed (the children then start as fresh interpreters; `say` tells why, once). `cpu`:
+    the prefork's own CPU seconds (its imports; None without one), counted with the children's."""
+
+    def __init__(self, wanted: bool, env: dict[str, str], say) -> None:
+        self.prefork, self.cpu, self.say, self._held = None, None, say, []
+        if not wanted:
+            return
+        try:
+            self.prefork = Prefork().start(env)
+        except PreforkError as err:
+            self.give_up(f"the prefork process cannot fork them: {err}")
+            return
+        self._held.append(self.prefork)
+        self.cpu = self.prefork.ready_cpu
+        skipped = f"; not installed: {', '.join(self.prefork.skipped)}" if self.prefork.skipped else ""
+        say(f"[jobs] children forked from one process that imported {len(self.prefork.modules)} modules once "
+            f"({self.prefork.ready_seconds:.1f} s, {self.prefork.ready_cpu:.1f} s of CPU{skipped})")
+
+    def give_up(self, why: str) -> None:
+        """Start the next children as fresh interpreters; the ones it forked run on (it is closed at the end)."""
+        self.say(f"[jobs] children start as fresh interpreters (--jobs-start spawn): {why}")
+        self.prefork = None
+
+    def close(self) -> None:
+        self.prefork = None
+        while self._held:
+            self._held.pop().close()
 
 
 def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str, int], env: dict[str, str], gpus,
@@ -258,8 +292,15 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         log = open(log_path, "w")
         gpu = gpus.take()
         held[t] = (log, gpu)
-        proc = procs[t] = subprocess.Popen(child_argv(config, t), stdout=log, stderr=None,
-                                           env={**env, **gpus.env(gpu)}, **pool.child_kwargs())
+        argv, child = child_argv(config, t), {**env, **gpus.env(gpu)}
+        if forks.prefork is not None:
+            try:
+                procs[t] = forks.prefork.spawn(argv, child, log_path)
+            except PreforkError as err:
+                forks.give_up(f"the prefork process failed: {err}")
+        if t not in procs:
+            procs[t] = subprocess.Popen(argv, stdout=log, stderr=None, env=child, **pool.child_kwargs())
+        proc = procs[t]
         on = f" on GPU {gpu}" if gpu is not None else ""
         say(f"[jobs] {label(t)}: started{on} ({sum(gpus.busy) if gpus.count > 1 else len(held)} running)")
         return proc
@@ -279,9 +320,13 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")
 
     t0 = time.perf_counter()
-    interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
-                                say=lambda line: say(f"[jobs] {line}"), what="check(s)")
-    line = cpu_line(cpu_used, time.perf_counter() - t0, os.cpu_count() or 1)
+    forks = _Forks(getattr(config, "jobs_start", "spawn") == "prefork" and len(tasks) > 1, env, say)
+    try:
+        interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
+                                    say=lambda line: say(f"[jobs] {line}"), what="check(s)")
+    finally:
+        forks.close()
+    line = cpu_line(cpu_used, time.perf_counter() - t0, os.cpu_count() or 1, forks.cpu)
     if line:
         say(f"[jobs] {line}")
     data = merge_parts(report_dir, names, exits, session.top(), shards, keep_families=config.shard is not None)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from parity.config import DEVICES, CheckConfig, parse_shard
+from parity.config import DEVICES, JOBS_STARTS, CheckConfig, parse_shard
 
 PYTEST_PREFIX = "--parity-"
 _MISSING = object()
@@ -153,6 +153,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("jobs", "--jobs", "check up to N lowerings at once, each in its own process on the same device, round-robin "
            "over the visible GPUs on cuda (default 1; each draws the cases a serial run draws)",
            parse=positive_int, metavar="N", default=1, pytest=False),
+    Option("jobs_start", "--jobs-start", "how --jobs children start: prefork (default: forked from one process that "
+           "imported torch, triton, hypothesis, flashinfer and this project once, without touching CUDA; a fresh "
+           "interpreter each, saying why, where that cannot be) or spawn (a fresh interpreter each, every import "
+           "paid again; see parity.prefork)", choices=JOBS_STARTS, parse=one_of(*JOBS_STARTS), default="prefork",
+           pytest=False),
     Option("threads", "--threads", "torch CPU threads of each process that runs cases (this one, each --jobs child, "
            "each isolated worker; default: the cores over the processes running cases at once, at least 1: "
            "os.cpu_count() // (--jobs x pytest-xdist workers))", parse=positive_int, metavar="N"),

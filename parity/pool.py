@@ -10,7 +10,7 @@ on up. Children never outlive the pool: started with `child_kwargs()`, each lead
 and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
 on every exit path through `run_pool` its whole group is killed in a `finally`.
 
-Public: `run_pool`, `child_kwargs`, `stop_group`, `cpu_seconds`.
+Public: `run_pool`, `child_kwargs`, `die_with_parent`, `stop_group`, `cpu_seconds`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ def _dies_with_parent(libc, parent: int):
         if os.getppid() != parent:
             os._exit(1)
     return hook
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child just forked by `parent` (not through `child_kwargs`: `parity.prefork`): the same bond, now."""
+    _dies_with_parent(_libc(), parent)()
 
 
 def child_kwargs() -> dict[str, Any]:

@@ -12,6 +12,8 @@ Each child makes its CUDA context, then, by `--mode`:
 - `nocorr`, `kernel-only`: `plain` with `_ExperimentalConfig(disable_external_correlation=True)`, or with
   kineto's own config asking for kernels only (`custom_profiler_config="ACTIVITY_TYPES=kernel"`).
 - `kernelnames`: `parity.hardening.KernelNames` itself, names read in its stop.
+- `cprofile`: the first entering under cProfile: the 14 functions with the most cumulative time (is it
+  Python, an import, or one call into torch's C++ profiler?).
 - `cupti`: CUPTI alone first, through ctypes (load libcupti, enable and disable the concurrent-kernel
   activity), then `plain`: is the first start CUPTI's own cost or kineto's?
 - `thread` (not in the default list: in run 62 the thread modes did not finish within the 70 s limit): the first start and stop in a background thread while the main thread counts pure-Python loop
@@ -58,7 +60,8 @@ def _profile_kwargs(mode: str) -> dict:
 
 def raw_cupti() -> dict:
     """CUPTI itself, through ctypes (libcupti of the nvidia-cuda-cupti package torch depends on): the seconds
-    (wall, cpu) of loading it, of `cuptiActivityEnable(CONCURRENT_KERNEL)` and of disabling it again."""
+    (wall, cpu) of loading it, of `cuptiActivityEnable` for each activity kind kineto enables for CUDA (wall,
+    cpu, return code), and of disabling them all again."""
     import ctypes
     import glob
 
@@ -72,12 +75,14 @@ def raw_cupti() -> dict:
         return {"error": "no libcupti found"}
     lib = ctypes.CDLL(sorted(paths)[-1])
     out["load"] = _since(t)
+    kinds = {"concurrent_kernel": 10, "memcpy": 1, "memset": 2, "driver": 4, "runtime": 5, "overhead": 17,
+             "cuda_event": 36, "synchronization": 38, "external_correlation": 39}  # CUpti_ActivityKind
+    for name, kind in kinds.items():  # the kinds kineto enables for CUDA activities, one at a time
+        t = _clock()
+        rc = lib.cuptiActivityEnable(kind)
+        out[f"enable_{name}"] = _since(t) + (rc,)
     t = _clock()
-    rc = lib.cuptiActivityEnable(10)  # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-    out["enable"] = _since(t)
-    out["enable_rc"] = rc
-    t = _clock()
-    out["disable_rc"] = lib.cuptiActivityDisable(10)
+    out["disable_rc"] = [lib.cuptiActivityDisable(kind) for kind in kinds.values()]
     out["disable"] = _since(t)
     out["lib"] = os.path.basename(sorted(paths)[-1])
     return out
@@ -144,7 +149,29 @@ def child(args: argparse.Namespace) -> None:
         x.view(256, 256) @ x.view(256, 256)
         sync()
         out["load_modules"] = _since(t)
-    if args.mode == "cupti":
+    if args.mode == "cprofile":
+        import cProfile
+        import io
+        import pstats
+
+        first = None
+        if not args.dry:
+            from torch.profiler import ProfilerActivity, profile
+
+            first = profile(activities=[ProfilerActivity.CUDA])
+        pr = cProfile.Profile()
+        t = _clock()
+        pr.enable()
+        if first is not None:
+            first.__enter__()
+        pr.disable()
+        out["enter"] = _since(t)
+        if first is not None:
+            first.__exit__(None, None, None)
+        text = io.StringIO()
+        pstats.Stats(pr, stream=text).sort_stats("cumulative").print_stats(14)
+        out["top"] = [ln.strip() for ln in text.getvalue().splitlines() if ln.strip()[:1].isdigit()][:14]
+    elif args.mode == "cupti":
         out["cupti"] = {} if args.dry else raw_cupti()
         out["first"] = profiled_call(args.dry, call)
         out["second"] = profiled_call(args.dry, call)
@@ -243,6 +270,10 @@ def main() -> int:
                         f"{s} {_med(res, which, 'steps', s)}" for s in ("import", "enter", "call", "exit", "names")))
                 if mode == "cupti":
                     cols.append("raw CUPTI " + json.dumps(res[0].get("cupti")))
+                if mode == "cprofile":
+                    print(head, f"enter {_med(res, 'enter')}; by cumulative time (ncalls tottime percall cumtime "
+                          f"percall function):", *res[0].get("top", []), sep="\n    ", flush=True)
+                    continue
                 cols.append(f"names read {_med(res, 'first', 'names')}")
                 if mode.startswith("thread"):
                     cols.append(f"thread wall {_med(res, 'thread_wall')}, main thread's rate share {_med(res, 'main_rate_share')}")

@@ -404,18 +404,24 @@ def test_a_second_check_into_a_locked_directory_is_refused_with_the_holder(tmp_p
     assert code == 0, out + err  # released: this run replays the saved case (it passes) and takes over
 
 
-def _children_of(report: Path) -> list[int]:
-    """Pids of the `check --jobs` children (`parity.session --part SPEC`) writing into `report`."""
-    pids = []
+def _children_of(report: Path | None, parent: int) -> list[int]:
+    """Pids of the `check --jobs` children writing into `report`: started as `parity.session --part SPEC`
+    (`--jobs-start spawn`), or forked by the prefork (`python -m parity.prefork`) that `parent` started
+    (`report` None: the prefork's pid, if any)."""
+    procs: dict[int, tuple[list[bytes], int]] = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 cmd = (p / "cmdline").read_bytes().split(b"\0")
-            except OSError:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
-            if b"--part" in cmd and any(str(report).encode() in arg for arg in cmd):
-                pids.append(int(p.name))
-    return pids
+            procs[int(p.name)] = (cmd, ppid)
+    preforks = {pid for pid, (cmd, ppid) in procs.items() if b"parity.prefork" in cmd and ppid == parent}
+    if report is None:
+        return sorted(preforks)
+    return [pid for pid, (cmd, ppid) in procs.items()
+            if (b"--part" in cmd and any(str(report).encode() in arg for arg in cmd)) or ppid in preforks]
 
 
 SLOW = plugin_text("slow_a", "    def run(self, inputs):\n        time.sleep(0.2)\n        return super().run(inputs)\n") \
@@ -423,19 +429,24 @@ SLOW = plugin_text("slow_a", "    def run(self, inputs):\n        time.sleep(0.2
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_jobs_children_do_not_outlive_a_sigterm_to_the_parent(tmp_path):
+@pytest.mark.parametrize("how", ["prefork", "spawn"])
+def test_jobs_children_do_not_outlive_a_sigterm_to_the_parent(tmp_path, how):
     plugin = write(tmp_path / "slow.py", SLOW)
     report = tmp_path / "r"
     parent = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--plugin", str(plugin), "--lowering",
-                               "slow_a", "--lowering", "slow_b", "--jobs", "2", "--no-isolate", "--max-examples",
+                               "slow_a", "--lowering", "slow_b", "--jobs", "2", "--jobs-start", how, "--no-isolate",
+                               "--max-examples",
                                "1000", "--device", "cpu", "--quiet", "--report", str(report)], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while len(_children_of(report)) < 2 and time.monotonic() < deadline:
+        while len(_children_of(report, parent.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        children = _children_of(report)
+        children = _children_of(report, parent.pid)
         assert len(children) == 2, children
+        preforks = _children_of(None, parent.pid)
+        assert len(preforks) == (how == "prefork"), preforks
+        children += preforks  # the prefork must not outlive the run either
         parent.send_signal(signal.SIGTERM)
         parent.wait(30)
         deadline = time.monotonic() + 10
@@ -447,7 +458,7 @@ def test_jobs_children_do_not_outlive_a_sigterm_to_the_parent(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
-        for pid in _children_of(report):
+        for pid in _children_of(report, parent.pid):
             os.kill(pid, signal.SIGKILL)
 
 

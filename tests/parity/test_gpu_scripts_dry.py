@@ -18,8 +18,9 @@ def _run(*argv: str) -> str:
 
 def test_the_profiler_first_start_script_runs_dry():
     out = _run("scripts/gpu_profiler_first_start.py", "--dry", "--procs", "1", "2", "--modes", "plain", "kernelnames",
-               "cupti")
+               "cupti", "cprofile")
     assert "== 1 proc(s) plain" in out and "== 1 proc(s) kernelnames" in out and "== 1 proc(s) cupti" in out
+    assert "== 1 proc(s) cprofile" in out and "by cumulative time" in out
     assert "== 2 proc(s) plain" in out and ", 2 ok)" in out
 
 

@@ -110,9 +110,10 @@ def test_a_bad_part_spec_is_a_usage_error(capsys):
     assert part_main(["--part"]) == 2
 
 
-def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["spawn", "prefork"])
+def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
     """On cuda with 3 GPUs (faked), 4 children at once: each gets CUDA_VISIBLE_DEVICES naming one GPU, the
-    least busy when it starts (the parent's own view stays whole)."""
+    least busy when it starts (the parent's own view stays whole), started fresh or forked from the prefork."""
     import types
 
     from parity import gpus
@@ -123,14 +124,29 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch):
     started = []
 
     class Child:
-        def __init__(self, argv, env, **kw):
+        def __init__(self, argv, env, *args, **kw):
             started.append((json.loads(argv[4])["part"]["lowering"], env.get("CUDA_VISIBLE_DEVICES")))
 
         def poll(self):
             return 0
 
-    monkeypatch.setattr(jobs.subprocess, "Popen", Child)
-    session = types.SimpleNamespace(config=CheckConfig(report=str(tmp_path), jobs=4), device="cuda",
+    class FakePrefork:
+        ready_cpu = ready_seconds = 0.0
+        modules, skipped = ["torch"], []
+
+        def start(self, env):
+            assert env["CUDA_VISIBLE_DEVICES"] == "5,6,7"  # the prefork never picks a GPU: each child does
+            return self
+
+        def spawn(self, argv, env, log):
+            return Child(argv, env)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(jobs.subprocess, "Popen", Child if how == "spawn" else None)
+    monkeypatch.setattr(jobs, "Prefork", FakePrefork)
+    session = types.SimpleNamespace(config=CheckConfig(report=str(tmp_path), jobs=4, jobs_start=how), device="cuda",
                                     say=lambda line: None, top=lambda: {"device": "cuda", "lowerings": {}})
     data, interrupted = jobs.run_jobs(session, ["a", "b", "c", "d"], poll=0.01)
     assert started == [("a", "5"), ("b", "6"), ("c", "7"), ("d", "5")] and not interrupted

@@ -42,6 +42,8 @@ def test_the_cpu_line_gives_the_sum_the_share_and_the_floor():
     line = cpu_line([18.0, 34.7, 30.0], 35.7, 16)
     assert line == "3 process(es) used 82.7 s of CPU in 35.7 s: 14% of 16 cores; 5.2 s at best on these cores"
     assert cpu_line([], 10.0, 16) == "" and cpu_line([1.0], 0.0, 16) == ""
+    with_prefork = cpu_line([18.0, 34.7], 35.7, 16, prefork=4.3)  # the prefork's imports count too
+    assert with_prefork.startswith("2 process(es) and their prefork used 57.0 s of CPU in 35.7 s"), with_prefork
 
 
 def test_a_jobs_run_prints_each_childs_cpu_seconds_and_their_sum(tmp_path, capsys):
@@ -54,7 +56,8 @@ def test_a_jobs_run_prints_each_childs_cpu_seconds_and_their_sum(tmp_path, capsy
     assert code == 0, said
     import re
     assert len(re.findall(r"\[jobs\] \S+: done in [\d.]+ s, [\d.]+ s of CPU \(exit 0", said)) == 2, said
-    assert re.search(r"\[jobs\] 2 process\(es\) used [\d.]+ s of CPU in [\d.]+ s: \d+% of \d+ cores; [\d.]+ s at best", said)
+    assert re.search(r"\[jobs\] 2 process\(es\) and their prefork used [\d.]+ s of CPU in [\d.]+ s: \d+% of \d+ cores; "
+                     r"[\d.]+ s at best", said)
 
 
 def test_an_isolated_jobs_run_counts_its_workers_cpu(tmp_path, capsys):

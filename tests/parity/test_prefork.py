@@ -1,0 +1,183 @@
+"""`--jobs-start prefork` (parity/prefork.py): `--jobs` children forked from one process that imported once.
+
+Each check fails when the prefork is wrong in the way it names: a report that differs from fresh
+interpreters', an import that initialized CUDA let through, a child's death or CPU seconds lost, a prefork
+that cannot start taking the run down with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import jobs, prefork
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMING = ("seconds", "time_line", "phases", "cases_per_second")
+
+
+def _figures(report: Path) -> dict:
+    """Each lowering's entry in `parity.json` without the fields that time the run."""
+    data = json.loads((report / "parity.json").read_text())
+    return {name: {k: v for k, v in entry.items() if k not in TIMING and "second" not in k and "time" not in k}
+            for name, entry in data["lowerings"].items()}
+
+
+def test_forked_children_write_the_report_fresh_interpreters_write(tmp_path, capsys):
+    from parity import cli
+
+    said = {}
+    for how in ("spawn", "prefork"):
+        code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "4",
+                         "--no-isolate", "--device", "cpu", "--jobs", "2", "--jobs-start", how, "--report",
+                         str(tmp_path / how)])
+        out = capsys.readouterr()
+        said[how] = out.out + out.err
+        assert code == 0, said[how]
+    assert "children forked from one process that imported" in said["prefork"], said["prefork"]
+    assert "children forked" not in said["spawn"]
+    assert _figures(tmp_path / "prefork") == _figures(tmp_path / "spawn")
+    assert all(e["cases"] > 0 for e in _figures(tmp_path / "prefork").values())
+
+
+def test_an_import_that_initialized_cuda_refuses_the_prefork_naming_it():
+    answers = iter([False, True])
+    done, skipped, refusal = prefork.preload(["json", "os"], [], initialized=lambda: next(answers))
+    assert done == ["json", "os"] and skipped == []
+    assert refusal == ("importing os initialized CUDA, and a process forked after that cannot use the GPU")
+
+
+def test_a_missing_optional_module_is_skipped_and_a_missing_required_one_refuses():
+    done, skipped, refusal = prefork.preload(["json"], ["no_such_module_dflash"], initialized=lambda: False)
+    assert (done, skipped, refusal) == (["json"], ["no_such_module_dflash"], None)
+    _, _, refusal = prefork.preload(["no_such_module_dflash"], [], initialized=lambda: False)
+    assert refusal.startswith("importing no_such_module_dflash failed: ModuleNotFoundError"), refusal
+
+
+def test_the_cuda_probe_initializes_nothing_where_there_is_no_driver():
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert prefork.cuda_initialized() is None
+    else:  # a GPU runner: this process has not touched CUDA by now, and asking must not change that
+        assert prefork.cuda_initialized() in (False, True)
+
+
+def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_path, capsys, monkeypatch):
+    from parity import cli
+
+    class Refused:
+        def start(self, env):
+            raise prefork.PreforkError("importing flashinfer initialized CUDA, and a process forked after that "
+                                       "cannot use the GPU")
+
+    monkeypatch.setattr(jobs, "Prefork", Refused)
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
+                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert code == 0, said
+    assert ("[jobs] children start as fresh interpreters (--jobs-start spawn): the prefork process cannot fork "
+            "them: importing flashinfer initialized CUDA") in said, said
+    assert said.count(": done in ") == 2 and "and their prefork" not in said
+
+
+def _log(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.log"
+    path.write_text("")
+    return path
+
+
+def test_a_forked_childs_exit_code_cpu_and_output_come_back(tmp_path):
+    """A bad part spec: the child prints its usage error (stderr) and exits 2; its stdout goes to its log."""
+    pf = prefork.Prefork().start(dict(os.environ))
+    try:
+        assert pf.ready_cpu > 0 and "torch" in pf.modules
+        log = _log(tmp_path, "bad")
+        child = pf.spawn([sys.executable, "-m", "parity.session", "--part", "{not json"], dict(os.environ), log)
+        assert child.wait(60) == 2
+        from parity import pool
+
+        assert pool.cpu_seconds(child) is not None and pool.cpu_seconds(child) >= 0
+        log2 = _log(tmp_path, "usage")
+        child2 = pf.spawn([sys.executable, "-m", "parity.session"], dict(os.environ), log2)
+        assert child2.wait(60) == 2  # no --part: the usage line, exit 2 (EXIT_USAGE)
+    finally:
+        pf.close()
+
+
+PLUGIN = ("import os, time\nfrom lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n"
+          "if os.environ.get('PROBE_OUT'):\n"
+          "    open(os.environ['PROBE_OUT'], 'w').write(os.environ.get('DFLASH_PREFORK_PROBE', '-'))\n"
+          "class P(Sdpa):\n    name = 'probe'\n"
+          "    def run(self, inputs):\n        time.sleep(float(os.environ.get('PROBE_SLEEP', '0')))\n"
+          "        return super().run(inputs)\n"
+          "register(P())\n")
+
+
+def _part_argv(tmp_path: Path, examples: int) -> list[str]:
+    """The argv `parity.jobs.child_argv` gives a child checking the plugin lowering `probe` on cpu."""
+    from parity.config import CheckConfig
+    from parity.session import Part
+
+    plugin = tmp_path / "probe_plugin.py"
+    plugin.write_text(PLUGIN)
+    config = CheckConfig(lowerings=("probe",), plugins=(str(plugin),), device="cpu", isolate=False,
+                         max_examples=examples, report=str(tmp_path / "r"), jobs=2, quiet=True)
+    return jobs.child_argv(config, Part("probe"))
+
+
+def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path):
+    """`CUDA_VISIBLE_DEVICES` and the MPS pipe differ per child: the child's env is the one asked for, not
+    the prefork's; it leads its own process group (a Ctrl-C at the terminal reaches the parent only)."""
+    pf = prefork.Prefork().start(dict(os.environ))
+    try:
+        out = tmp_path / "seen"
+        env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.3"}
+        child = pf.spawn(_part_argv(tmp_path, 3), env, _log(tmp_path, "env"))
+        assert os.getpgid(child.pid) == child.pid
+        assert child.wait(120) == 0, (tmp_path / "env.log").read_text()
+        assert out.read_text() == "child-7"
+        assert "probe" in (tmp_path / "env.log").read_text()  # its stdout (the part's table) went to its log
+    finally:
+        pf.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_children_die_with_a_killed_prefork_and_the_run_hears_of_it(tmp_path):
+    """A prefork killed under its children: they die with it (no orphan keeps the GPU), each is reported as
+    killed, and the next spawn raises PreforkError (the run then starts fresh interpreters)."""
+    pf = prefork.Prefork().start(dict(os.environ))
+    try:
+        out = tmp_path / "seen"
+        slow = pf.spawn(_part_argv(tmp_path, 1000), {**os.environ, "PROBE_OUT": str(out), "PROBE_SLEEP": "1"},
+                        _log(tmp_path, "s"))
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:  # its plugin is loaded: it is checking cases
+            time.sleep(0.05)
+        assert out.exists() and slow.poll() is None
+        os.kill(pf.proc.pid, signal.SIGKILL)
+        assert slow.wait(30) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while _alive(slow.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(slow.pid), "a child outlived its prefork"
+        with pytest.raises(prefork.PreforkError, match="the prefork process ended"):
+            pf.spawn(_part_argv(tmp_path, 1), dict(os.environ), _log(tmp_path, "t"))
+    finally:
+        pf.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
