@@ -142,6 +142,9 @@ def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path):
         out = tmp_path / "seen"
         env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.3"}
         child = pf.spawn(_part_argv(tmp_path, 3), env, _log(tmp_path, "env"))
+        deadline = time.monotonic() + 10
+        while os.getpgid(child.pid) != child.pid and time.monotonic() < deadline:  # its setsid, just after the fork
+            time.sleep(0.01)
         assert os.getpgid(child.pid) == child.pid
         assert child.wait(120) == 0, (tmp_path / "env.log").read_text()
         assert out.read_text() == "child-7"
@@ -181,3 +184,65 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+# ---- children never outlive the run, started either way --------------------------------------------------
+def _children_of(report: Path | None, parent: int) -> list[int]:
+    """Pids of the `check --jobs` children writing into `report`: started as `parity.session --part SPEC`
+    (`--jobs-start spawn`), or forked by the prefork (`python -m parity.prefork`) that `parent` started
+    (`report` None: the prefork's pid, if any)."""
+    procs: dict[int, tuple[list[bytes], int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            procs[int(p.name)] = (cmd, ppid)
+    preforks = {pid for pid, (cmd, ppid) in procs.items() if b"parity.prefork" in cmd and ppid == parent}
+    if report is None:
+        return sorted(preforks)
+    return [pid for pid, (cmd, ppid) in procs.items()
+            if (b"--part" in cmd and any(str(report).encode() in arg for arg in cmd)) or ppid in preforks]
+
+
+SLOW = ("import time\nfrom lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n"
+        "class P(Sdpa):\n    name = 'slow_a'\n"
+        "    def run(self, inputs):\n        time.sleep(0.2)\n        return super().run(inputs)\n"
+        "register(P())\nclass Q(P):\n    name = 'slow_b'\nregister(Q())\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["prefork", "spawn"])
+def test_jobs_children_do_not_outlive_a_sigterm_to_the_parent(tmp_path, how):
+    import subprocess
+
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)
+    report = tmp_path / "r"
+    parent = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--plugin", str(plugin), "--lowering",
+                               "slow_a", "--lowering", "slow_b", "--jobs", "2", "--jobs-start", how, "--no-isolate",
+                               "--max-examples", "1000", "--device", "cpu", "--quiet", "--report", str(report)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children_of(report, parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        children = _children_of(report, parent.pid)
+        assert len(children) == 2, children
+        preforks = _children_of(None, parent.pid)
+        assert len(preforks) == (how == "prefork"), preforks
+        children += preforks  # the prefork must not outlive the run either
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(30)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = [pid for pid in children if _alive(pid)]
+        assert not alive, f"children {alive} outlived their parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in _children_of(report, parent.pid):
+            os.kill(pid, signal.SIGKILL)
