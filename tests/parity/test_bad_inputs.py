@@ -3,8 +3,8 @@ special and absurd case files and planted failure files; report directories that
 locked or linked out of; failure artifacts that must stand on their own.
 
 Each row is the exact adversarial input, the exit code and the first line of the message. `main()` runs
-in process (fast); a subprocess only where a signal must reach a process (`--jobs` under SIGTERM). Hook
-hangs use `--hook-timeout 1`.
+in process (fast). Hook hangs use `--hook-timeout 1`. (`--jobs` children under a SIGTERM to their parent:
+`test_prefork.py`.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
