@@ -19,7 +19,7 @@ from oracle.case import Case
 from parity import flakiness as fl, hooks
 from parity.case_run import compile_family, refuse_invalid, run_case
 from parity.hooks import HookFailure
-from parity.interrupt import raise_if_requested
+from parity.interrupt import raise_if_requested, requested
 from parity.invocation import RunOptions
 from parity.policy import Policy
 from parity.outcome import SKIPPED, CaseOutcome, Failure, LoweringReport
@@ -78,6 +78,23 @@ def refusing_invalid(run_case: Callable[..., CaseOutcome]) -> Callable[..., Case
     def run(*args) -> CaseOutcome:
         return refuse_invalid(run_case(*args))
     return run
+
+
+def _interrupt_kept(run: Callable[[], None]) -> None:
+    """`run()`; an error it raises after a SIGINT came (`parity.interrupt.requested`) is that interrupt: a
+    KeyboardInterrupt raised inside hypothesis's own set-up (reading the test's source for its database key)
+    came back as hypothesis's `AssertionError`, and the check process exited without its partial report (seen
+    on CPU under load: 2 runs in 18). A case's failure stays what it is."""
+    from hypothesis.errors import Flaky, Unsatisfiable
+
+    try:
+        run()
+    except (KeyboardInterrupt, SystemExit, _CaseFailed, Flaky, Unsatisfiable):
+        raise
+    except Exception as err:
+        if requested():
+            raise KeyboardInterrupt from err
+        raise
 
 
 def stops_on_interrupt(run_case: Callable[..., CaseOutcome]) -> Callable[..., CaseOutcome]:
@@ -289,6 +306,12 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                                boundaries=boundaries)
     except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
         return hook_failure_report(report, hf, t0)
+    except KeyboardInterrupt:  # between the phases (setting up hypothesis's search): what ran is kept all the same
+        if not report.interrupted:
+            report.status, report.interrupted = "fail", True
+            report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")
+        report.seconds = time.perf_counter() - t0
+        return report
 
 
 def _keeping_smallest_failure(run_case: Callable[..., CaseOutcome], smallest: list[CaseOutcome]):
@@ -422,7 +445,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
 
     try:
         with seed_only_draws():  # the same cases in any process, whatever it imported
-            prop()
+            _interrupt_kept(prop)
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")

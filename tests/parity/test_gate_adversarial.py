@@ -515,7 +515,8 @@ def test_sigterm_and_sighup_are_handled_as_sigint(runs, tmp_path, capsys, sig, j
     data = json.loads((d / "parity.json").read_text())
     assert data["verdict"] == "interrupted", out
     for n in names:
-        assert any("interrupted after" in x for x in data["lowerings"][n]["notes"]), (n, out)
+        notes = data["lowerings"][n]["notes"]
+        assert any("interrupted after" in x for x in notes), (n, notes, out[-3000:])
     assert json.loads((d / "previous" / "parity.json").read_text())["verdict"] == "pass"
     assert rundir.in_progress(d) is None
     code, text = _main(["gate", "--baseline", runs["base"], d], capsys)
