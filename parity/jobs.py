@@ -252,11 +252,16 @@ class _Forks:
         self.prefork, self.cpu, self.say, self._held = None, None, say, []
         if not wanted:
             return
-        try:
-            self.prefork = Prefork().start(env)
-        except PreforkError as err:
-            self.give_up(f"the prefork process cannot fork them: {err}")
-            return
+        excluded: list[str] = []
+        while self.prefork is None:
+            try:
+                self.prefork = Prefork().start(env, exclude=excluded)
+            except PreforkError as err:
+                if err.module is None or excluded:
+                    self.give_up(f"the prefork process cannot fork them: {err}")
+                    return
+                say(f"[jobs] the prefork process starts again without {err.module}: {err}")
+                excluded.append(err.module)
         self._held.append(self.prefork)
         self.cpu = self.prefork.ready_cpu
         skipped = f"; not installed: {', '.join(self.prefork.skipped)}" if self.prefork.skipped else ""

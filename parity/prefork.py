@@ -21,8 +21,12 @@ child is reaped (its CPU seconds, user + system, its reaped descendants included
 its stdin closes or its parent dies (`parity.pool.child_kwargs`); its children die with it
 (`PR_SET_PDEATHSIG`), so none outlives the run.
 
+A module that initialized CUDA is named in the refusal (`PreforkError.module`); `parity.jobs` then starts one
+more prefork without it (each child imports it itself), and only if that one is refused too starts fresh
+interpreters.
+
 Public: `Prefork` (the parent's handle: `start`, `spawn`, `close`), `PreforkError`, `PRELOAD`, `OPTIONAL`,
-`cuda_initialized`.
+`cuda_initialized`, `preload`, `serve`.
 """
 
 from __future__ import annotations
@@ -39,16 +43,24 @@ import types
 from typing import Any, Callable, Sequence
 
 # what every child imports before its first case; OPTIONAL ones are skipped where not installed
-PRELOAD = ("numpy", "torch", "torch.profiler", "torch._dynamo", "torch._inductor.compile_fx", "triton", "hypothesis", "oracle", "strategies", "lowerings",
-           "lowerings.builtins", "parity.session", "parity.sweep", "parity.runner", "parity.case_run",
-           "parity.isolation", "parity.cli")
+# (`torch._dynamo` and `triton_kernel_wrap`: the 893 modules the profiler's first start imports, 4-6 s of CPU on
+# the H200's host, where torch's bytecode is not cached: run 65. `torch._inductor.compile_fx` initializes CUDA
+# at import there, run 65: not preloaded.)
+PRELOAD = ("numpy", "torch", "torch.profiler", "torch._dynamo", "torch._higher_order_ops.triton_kernel_wrap", "triton",
+           "hypothesis", "oracle", "strategies", "lowerings", "lowerings.builtins", "parity.session", "parity.sweep",
+           "parity.runner", "parity.case_run", "parity.isolation", "parity.cli")
 OPTIONAL = ("flashinfer",)
 READY_TIMEOUT = 300.0  # the imports, on a loaded machine
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 class PreforkError(RuntimeError):
-    """The prefork could not start, refused to fork (CUDA was initialized by an import) or died."""
+    """The prefork could not start, refused to fork (CUDA was initialized by an import: `module` names it) or
+    died."""
+
+    def __init__(self, why: str, module: str | None = None):
+        super().__init__(why)
+        self.module = module
 
 
 def cuda_initialized() -> bool | None:
@@ -82,7 +94,7 @@ def _cpu() -> float:
 def preload(modules: Sequence[str], optional: Sequence[str],
             initialized: Callable[[], bool | None] = cuda_initialized) -> tuple[list[str], list[str], str | None]:
     """Import `modules` then `optional` (skipped when not installed); (imported, skipped, refusal): the refusal
-    names the first import after which CUDA was initialized."""
+    names the first import after which CUDA was initialized (that module is the last of `imported`)."""
     import importlib
 
     done, skipped = [], []
@@ -162,10 +174,11 @@ def serve() -> int:
     _REPLIES = os.dup(1)
     os.dup2(2, 1)  # what an import prints goes to stderr, never into the replies
     t0, c0 = time.perf_counter(), _cpu()
-    done, skipped, refusal = preload(PRELOAD, OPTIONAL)
+    exclude = set(sys.argv[sys.argv.index("--exclude") + 1].split(",")) if "--exclude" in sys.argv else set()
+    done, skipped, refusal = preload([m for m in PRELOAD if m not in exclude], [m for m in OPTIONAL if m not in exclude])
     sys.stdout.flush()
     if refusal:
-        _send({"refused": refusal})
+        _send({"refused": refusal, "module": done[-1] if "initialized CUDA" in refusal else None})
         return 0
     gc.collect()
     gc.freeze()  # the imports' objects stay out of the children's collections: fewer copied pages
@@ -231,7 +244,8 @@ class Prefork:
     are read by the libraries it imports) and waits until it has imported (`ready_seconds`, `ready_cpu`) or
     raises `PreforkError` saying why it cannot serve. `spawn(argv, env, log)` forks a child running `argv`
     (`[python, "-m", "parity.session", "--part", SPEC]`; only what follows `-m parity.session` is used) with
-    `env`, its stdout appended to `log` (which must exist). `close()` ends the prefork."""
+    `env`, its stdout appended to `log` (which must exist). `close()` ends the prefork. `exclude`: modules of
+    `PRELOAD` and `OPTIONAL` not to import (one that initialized CUDA in an earlier try)."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -242,10 +256,11 @@ class Prefork:
         self._ended: str | None = None
         self._next = 0
 
-    def start(self, env: dict[str, str], timeout: float = READY_TIMEOUT) -> "Prefork":
+    def start(self, env: dict[str, str], timeout: float = READY_TIMEOUT, exclude: Sequence[str] = ()) -> "Prefork":
         from parity import pool
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "parity.prefork"], stdin=subprocess.PIPE,
+        argv = [sys.executable, "-m", "parity.prefork", *(["--exclude", ",".join(exclude)] if exclude else [])]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, **pool.child_kwargs())
         line = self._read_line(timeout)
         try:
@@ -256,7 +271,7 @@ class Prefork:
             self.close()
             why = msg.get("refused") or (f"it ended before it was ready (exit {self.proc.returncode})" if not line
                                          else f"it answered {line[:200]!r}")
-            raise PreforkError(why)
+            raise PreforkError(why, msg.get("module"))
         self.ready_seconds, self.ready_cpu = float(msg["seconds"]), float(msg["cpu"])
         self.modules, self.skipped = list(msg.get("modules", [])), list(msg.get("skipped", []))
         threading.Thread(target=self._read_replies, args=(self.proc,), name="prefork-replies", daemon=True).start()

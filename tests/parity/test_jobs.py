@@ -134,7 +134,7 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
         ready_cpu = ready_seconds = 0.0
         modules, skipped = ["torch"], []
 
-        def start(self, env):
+        def start(self, env, exclude=()):
             assert env["CUDA_VISIBLE_DEVICES"] == "5,6,7"  # the prefork never picks a GPU: each child does
             return self
 

@@ -74,7 +74,7 @@ def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_pa
     from parity import cli
 
     class Refused:
-        def start(self, env):
+        def start(self, env, exclude=()):
             raise prefork.PreforkError("importing flashinfer initialized CUDA, and a process forked after that "
                                        "cannot use the GPU")
 
@@ -87,6 +87,51 @@ def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_pa
     assert ("[jobs] children start as fresh interpreters (--jobs-start spawn): the prefork process cannot fork "
             "them: importing flashinfer initialized CUDA") in said, said
     assert said.count(": done in ") == 2 and "and their prefork" not in said
+
+
+def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsys, monkeypatch):
+    """On the H200 importing inductor's compile_fx initialized CUDA (run 65): the prefork is refused naming the
+    module, and one more starts without it (the children import it themselves); a second refusal gives up."""
+    from parity import cli
+
+    tries = []
+
+    class RefusedOnce(prefork.Prefork):
+        def start(self, env, timeout=prefork.READY_TIMEOUT, exclude=()):
+            tries.append(list(exclude))
+            if not exclude:
+                raise prefork.PreforkError("importing torch._dynamo initialized CUDA, and a process forked after "
+                                           "that cannot use the GPU", "torch._dynamo")
+            return super().start(env, timeout, exclude)
+
+    monkeypatch.setattr(jobs, "Prefork", RefusedOnce)
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
+                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert code == 0, said
+    assert tries == [[], ["torch._dynamo"]]
+    assert "[jobs] the prefork process starts again without torch._dynamo: importing torch._dynamo initialized" in said
+    assert "children forked from one process that imported 16 modules once" in said, said  # all but the one
+
+    class RefusedTwice(prefork.Prefork):
+        def start(self, env, timeout=prefork.READY_TIMEOUT, exclude=()):
+            raise prefork.PreforkError("importing torch initialized CUDA, ...", "torch")
+
+    monkeypatch.setattr(jobs, "Prefork", RefusedTwice)
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
+                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path / "b")])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert code == 0 and "children start as fresh interpreters (--jobs-start spawn)" in said, said
+
+
+def test_the_prefork_leaves_out_the_modules_it_is_told_to(tmp_path):
+    pf = prefork.Prefork().start(dict(os.environ), exclude=["torch._higher_order_ops.triton_kernel_wrap"])
+    try:
+        assert "torch._higher_order_ops.triton_kernel_wrap" not in pf.modules and "torch._dynamo" in pf.modules
+    finally:
+        pf.close()
 
 
 def _log(tmp_path: Path, name: str) -> Path:
