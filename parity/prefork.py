@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 PRELOAD = ("numpy", "torch", "torch.profiler", "torch._dynamo", "torch._higher_order_ops.triton_kernel_wrap", "triton",
            "hypothesis", "oracle", "strategies", "lowerings", "lowerings.builtins", "parity.session", "parity.sweep",
            "parity.runner", "parity.case_run", "parity.isolation", "parity.cli")
-OPTIONAL = ("flashinfer",)
+OPTIONAL: tuple[str, ...] = ()  # flashinfer initializes CUDA at import on the H200 (run 66): each child imports it
 READY_TIMEOUT = 300.0  # the imports, on a loaded machine
 _CUDA_ERROR_NOT_INITIALIZED = 3
 
