@@ -154,7 +154,8 @@ OPTIONS: tuple[Option, ...] = (
            "over the visible GPUs on cuda (default 1; each draws the cases a serial run draws)",
            parse=positive_int, metavar="N", default=1, pytest=False),
     Option("jobs_start", "--jobs-start", "how --jobs children start: prefork (default: forked from one process that "
-           "imported torch, triton, hypothesis, flashinfer and this project once, without touching CUDA; a fresh "
+           "imported torch, the profiler's modules, triton, hypothesis and this project once, without touching CUDA; a "
+           "fresh "
            "interpreter each, saying why, where that cannot be) or spawn (a fresh interpreter each, every import "
            "paid again; see parity.prefork)", choices=JOBS_STARTS, parse=one_of(*JOBS_STARTS), default="prefork",
            pytest=False),

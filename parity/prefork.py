@@ -1,10 +1,11 @@
 """Start `check --jobs` children by forking one process that has imported everything once (`--jobs-start prefork`).
 
-Each `--jobs` child used to be a fresh interpreter that imported torch, triton, hypothesis, flashinfer and this
-project before its first case: 3.3-4.5 s of CPU on the H200's host, paid by each of run 11's 15 children
-while every core was busy (session 18, run 62). Here one process (`python -m parity.prefork`, the "prefork")
-imports them once, checks that the imports left CUDA untouched, and forks each child on request; a child then
-runs `parity.session.part_main` as `python -m parity.session --part SPEC` would, with its own environment
+Each `--jobs` child used to be a fresh interpreter. Before its first case it imported torch, triton, hypothesis,
+flashinfer and this project (3.3-4.5 s of CPU on the H200's host, session 18's run 62), and its profiler's first
+start imported 893 more modules (`torch._dynamo`, ...: 5.8 s, run 65), paid by each of run 11's 15 children
+while every core was busy. Here one process (`python -m parity.prefork`, the "prefork") imports them once,
+checks that the imports left CUDA untouched, and forks each child on request; a child then runs
+`parity.session.part_main` as `python -m parity.session --part SPEC` would, with its own environment
 (`CUDA_VISIBLE_DEVICES`, the MPS pipe), its own session and process group, its stdout in its log, and
 initializes CUDA itself.
 
