@@ -12,8 +12,8 @@ initializes CUDA itself.
 Forking is only safe while CUDA is untouched: the CUDA driver cannot be used in a child forked after `cuInit`.
 The prefork asks the driver (`cuDeviceGetCount` answers CUDA_ERROR_NOT_INITIALIZED until something calls
 `cuInit`) after each module it imports; a module that initialized CUDA ends the prefork with a reply that
-names it, and the run starts its children as fresh interpreters instead, saying why. An optional module that
-is not installed (flashinfer on a CPU runner) is skipped.
+names it, and the run starts its children as fresh interpreters instead, saying why. A module of `OPTIONAL` that
+is not installed is skipped (none now: flashinfer, the one it held, initializes CUDA at import on the H200).
 
 Protocol (one JSON object per line): the prefork writes `{"ready": ..., "seconds", "cpu", "modules",
 "skipped"}` (or `{"refused": why}`) on its stdout; the parent writes `{"id", "argv", "env", "log", "cwd"}`
