@@ -325,7 +325,7 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         say(f"[jobs] {label(t)}: done in {seconds:.1f} s{used} (exit {code}; {len(held)} running)")
 
     t0 = time.perf_counter()
-    forks = _Forks(getattr(config, "jobs_start", "spawn") == "prefork" and len(tasks) > 1, env, say)
+    forks = _Forks(config.jobs_start == "prefork" and len(tasks) > 1, env, say)
     try:
         interrupted = pool.run_pool(tasks, start, config.jobs, done, poll=poll, grace=grace,
                                     say=lambda line: say(f"[jobs] {line}"), what="check(s)")
