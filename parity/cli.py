@@ -132,7 +132,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _option_value(tokens: Sequence[str], name: str) -> str | None:
+    """The value of `name` as the command line gives it (`--name V` or `--name=V`; the last one wins), or None."""
+    value = None
+    for i, tok in enumerate(tokens):
+        if tok == name and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        elif tok.startswith(name + "="):
+            value = tok.split("=", 1)[1]
+    return value
+
+
+def launch_prefork_early(argv: Sequence[str]) -> bool:
+    """`check --jobs N` (N > 1) with `--jobs-start prefork`, the default: launch the prefork the children are
+    forked from (`parity.prefork.start_early`) before the command line is parsed, since parsing imports torch:
+    its imports then overlap this process's instead of following them. A guess from the raw tokens; the run
+    adopts it only where it needs one and the children's environment is the one it was launched with, and it is
+    stopped at the end of `main` otherwise (a usage error, one lowering). True where it was launched."""
+    tokens = list(argv)
+    if "check" not in tokens or "-h" in tokens or "--help" in tokens:
+        return False
+    if (_option_value(tokens, "--jobs-start") or "prefork") != "prefork":
+        return False
+    try:
+        jobs = int(_option_value(tokens, "--jobs") or "1")
+    except ValueError:
+        return False
+    if jobs < 2:
+        return False
+    from parity import pool, prefork
+
+    return prefork.start_early(pool.child_env(jobs)) is not None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from parity import bytecode, prefork
+
+    bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True))
+    launch_prefork_early(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    finally:
+        prefork.discard_early()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from oracle.errors import InvalidInput
 
     parser = build_parser()

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parity import pool
+from parity.pool import child_env  # noqa: F401  (public here too: the children's environment)
 from parity.prefork import Prefork, PreforkError
 from parity import shards as shards_mod
 from parity.outcome import FAMILY_KEYS
@@ -81,22 +82,6 @@ def child_argv(config: Any, part: Any) -> list[str]:
     child = config.replace(lowerings=(part.lowering,), plugins=tuple(str(Path(p).resolve()) for p in config.plugins),
                            jobs=1, threads=config.threads_per_process(), shards=(), gate_baseline=None, gate_accept=())
     return [sys.executable, "-m", "parity.session", "--part", part_spec(child, part)]
-
-
-def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None,
-              mps: dict[str, str] | None = None) -> dict[str, str]:
-    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL, OpenBLAS) and inductor's
-    compile workers (`TORCHINDUCTOR_COMPILE_THREADS`; torch's default is a pool of every core, started by a
-    child's first `torch.compile`) capped at its share of the cores unless the user set them; `jobs`
-    processes of a full-width pool each oversubscribe the cores (measured on 2 cores: 3 jobs took twice as
-    long as one after another). `mps`: the CUDA MPS daemon's entries (`parity.mps.MpsState.env`), set over
-    this environment's."""
-    env = dict(os.environ if environ is None else environ)
-    share = str(max(1, (cpus or os.cpu_count() or 1) // jobs))
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
-        env.setdefault(var, share)
-    env.update(mps or {})
-    return env
 
 
 def _lost_entry(name: str, device: str, why: str) -> dict[str, Any]:
@@ -265,8 +250,11 @@ class _Forks:
         self._held.append(self.prefork)
         self.cpu = self.prefork.ready_cpu
         skipped = f"; not installed: {', '.join(self.prefork.skipped)}" if self.prefork.skipped else ""
-        say(f"[jobs] children forked from one process that imported {len(self.prefork.modules)} modules once "
-            f"({self.prefork.ready_seconds:.1f} s, {self.prefork.ready_cpu:.1f} s of CPU{skipped})")
+        p = self.prefork
+        waited = (f"; launched when the command started, so the run waited {p.waited:.1f} s for it" if p.early
+                  else "")
+        say(f"[jobs] children forked from one process that imported {len(p.modules)} modules once "
+            f"({p.ready_seconds:.1f} s, {p.ready_cpu:.1f} s of CPU{skipped}{waited})")
 
     def give_up(self, why: str) -> None:
         """Start the next children as fresh interpreters; the ones it forked run on (it is closed at the end)."""

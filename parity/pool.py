@@ -55,6 +55,22 @@ def die_with_parent(parent: int) -> None:
     _dies_with_parent(_libc(), parent)()
 
 
+def child_env(jobs: int, environ: dict[str, str] | None = None, cpus: int | None = None,
+              mps: dict[str, str] | None = None) -> dict[str, str]:
+    """The children's environment: this one, with each child's CPU threads (OpenMP, MKL, OpenBLAS) and inductor's
+    compile workers (`TORCHINDUCTOR_COMPILE_THREADS`; torch's default is a pool of every core, started by a
+    child's first `torch.compile`) capped at its share of the cores unless the user set them; `jobs`
+    processes of a full-width pool each oversubscribe the cores (measured on 2 cores: 3 jobs took twice as
+    long as one after another). `mps`: the CUDA MPS daemon's entries (`parity.mps.MpsState.env`), set over
+    this environment's."""
+    env = dict(os.environ if environ is None else environ)
+    share = str(max(1, (cpus or os.cpu_count() or 1) // jobs))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+        env.setdefault(var, share)
+    env.update(mps or {})
+    return env
+
+
 def child_kwargs() -> dict[str, Any]:
     """`subprocess.Popen` keyword arguments of a pool child: its own process group (a terminal's Ctrl-C
     reaches this process only, which passes it on), killed when this process ends."""

@@ -26,7 +26,8 @@ A module that initialized CUDA is named in the refusal (`PreforkError.module`); 
 more prefork without it (each child imports it itself), and only if that one is refused too starts fresh
 interpreters.
 
-Public: `Prefork` (the parent's handle: `start`, `spawn`, `close`), `PreforkError`, `PRELOAD`, `OPTIONAL`,
+Public: `Prefork` (the parent's handle: `launch`, `start`, `spawn`, `close`, `kill`), `PreforkError`, `PRELOAD`,
+`OPTIONAL`, `start_early`, `adopt_early`, `discard_early`,
 `cuda_initialized`, `preload`, `serve`.
 """
 
@@ -250,20 +251,34 @@ class Prefork:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.ready_seconds = self.ready_cpu = 0.0
+        self.env: dict[str, str] = {}
+        self.ready_seconds = self.ready_cpu = self.launched = self.waited = 0.0
+        self.early = False  # launched by `start_early` before this run knew it would need it
         self._lock = threading.Condition()
         self._started: dict[int, int] = {}
         self._exited: dict[int, tuple[int, float]] = {}
         self._ended: str | None = None
         self._next = 0
 
-    def start(self, env: dict[str, str], timeout: float = READY_TIMEOUT, exclude: Sequence[str] = ()) -> "Prefork":
+    def launch(self, env: dict[str, str], exclude: Sequence[str] = ()) -> "Prefork":
+        """Start the process without waiting for its imports (`start` waits; `start_early` launches)."""
         from parity import pool
 
         argv = [sys.executable, "-m", "parity.prefork", *(["--exclude", ",".join(exclude)] if exclude else [])]
+        self.env, self.launched = dict(env), time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, **pool.child_kwargs())
+        return self
+
+    def start(self, env: dict[str, str], timeout: float = READY_TIMEOUT, exclude: Sequence[str] = ()) -> "Prefork":
+        early = None if exclude else adopt_early(env)
+        if early is not None:
+            self.proc, self.env, self.launched, self.early = early.proc, early.env, early.launched, True
+        else:
+            self.launch(env, exclude)
+        waited = time.perf_counter()
         line = self._read_line(timeout)
+        self.waited = time.perf_counter() - waited
         try:
             msg = json.loads(line)
         except ValueError:
@@ -345,6 +360,20 @@ class Prefork:
         child.dflash_rusage = types.SimpleNamespace(ru_utime=got[1], ru_stime=0.0)  # type: ignore[attr-defined]
         return child.returncode
 
+    def kill(self) -> None:
+        """Stop it at once, its imports unfinished or not (one launched early that no run adopted)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            from parity import pool
+
+            pool.stop_group(proc)
+            proc.wait()
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close() if f else None
+                except OSError:
+                    pass
+
     def close(self) -> None:
         """End the prefork: its stdin closed, then stopped if it does not leave within 5 s."""
         proc, self.proc = self.proc, None
@@ -362,6 +391,49 @@ class Prefork:
 
             pool.stop_group(proc)
             proc.wait()
+
+
+# ---- launched early -------------------------------------------------------------------------------------
+# `dflash-parity check --jobs N` launches the prefork first thing (`start_early`, from `parity.cli.main`, before
+# the command line is parsed: parsing imports torch), so its imports overlap the parent's own instead of
+# following them; `Prefork.start` adopts it when the children's environment is the one it was launched with.
+_EARLY: list[Prefork] = []
+# what may differ between the environment launched with and the children's: set per child (the MPS daemon's
+# pipe, started later), or set by importing this project, which the prefork does itself (TRITON_INTERPRET,
+# `lowerings._triton_env`, where there is no GPU)
+_SET_LATER = ("CUDA_MPS_", "TRITON_INTERPRET")
+
+
+def _comparable(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith(_SET_LATER)}
+
+
+def start_early(env: dict[str, str]) -> Prefork | None:
+    """Launch the prefork now, for a later `Prefork.start` with the same environment to adopt (None where it
+    cannot be launched: the run then launches its own, or starts fresh interpreters, and says why)."""
+    discard_early()
+    try:
+        _EARLY.append(Prefork().launch(env))
+    except OSError:
+        return None
+    return _EARLY[0]
+
+
+def adopt_early(env: dict[str, str]) -> Prefork | None:
+    """The prefork `start_early` launched, if its environment is `env`'s (else it is discarded)."""
+    if not _EARLY:
+        return None
+    early = _EARLY.pop()
+    if _comparable(early.env) != _comparable(env):
+        early.kill()
+        return None
+    return early
+
+
+def discard_early() -> None:
+    """Stop a prefork launched early that no run adopted (a usage error, one lowering, `--jobs 1` after all)."""
+    while _EARLY:
+        _EARLY.pop().kill()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -151,7 +151,7 @@ if [[ $STEPS == *profile* ]]; then
   mkdir -p /tmp/prof
   run_profiled() {  # $1 tag, $2 lowering, $3 seconds
     timeout -s INT -k 30 "$3" python3 -m cProfile -o "/tmp/prof/$1.pstats" -m parity.cli check --device cuda --profile gpu \
-      --seed 3 --max-examples ${PROFILE_N:-500} --warm-up --no-hardening --no-isolate --lowering "$2" \
+      --seed 3 --max-examples ${PROFILE_N:-500} --warm-up --no-hardening --no-isolate ${PROFILE_EXTRA:-} --lowering "$2" \
       --report "/tmp/prof/$1" > "/tmp/prof/$1.log" 2>&1
   }
   smi_start profile

@@ -131,8 +131,8 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
             return 0
 
     class FakePrefork:
-        ready_cpu = ready_seconds = 0.0
-        modules, skipped = ["torch"], []
+        ready_cpu = ready_seconds = waited = 0.0
+        modules, skipped, early = ["torch"], [], False
 
         def start(self, env, exclude=()):
             assert env["CUDA_VISIBLE_DEVICES"] == "5,6,7"  # the prefork never picks a GPU: each child does

@@ -1,0 +1,82 @@
+"""A bytecode cache for installed packages that have none and cannot take one (`cache_bytecode`).
+
+Python writes a module's compiled bytecode next to its source (`__pycache__/NAME.cpython-312.pyc`) the first
+time it imports it, and reads it from there afterwards. Where a package was installed without its bytecode
+(`pip install --no-compile`, as container images often are) into a folder this user cannot write, nothing is
+ever cached: every process compiles the package's sources again at each import. On the H200's image torch is
+installed so: the profiler's first start alone compiled 959 modules, 3.99 s of its 5.8 s (session 19's run
+65), and a `check --jobs` run pays that in its own process, in the prefork and in each child that imports more
+(flashinfer, `torch._inductor`).
+
+`cache_bytecode()` points Python's bytecode cache (`sys.pycache_prefix`; `PYTHONPYCACHEPREFIX` for the
+processes this one starts) at a folder of ours there, so the first process writes it and the others read it.
+It changes nothing where torch's bytecode is cached already or its folder is writable (Python caches it
+itself), where the user chose a prefix (`PYTHONPYCACHEPREFIX`) or asked for no bytecode to be written
+(`PYTHONDONTWRITEBYTECODE`, `-B`), or where `DFLASH_PARITY_PYCACHE=off`. `DFLASH_PARITY_PYCACHE=DIR` names
+the folder (default: `$XDG_CACHE_HOME/dflash-parity/pycache`, else `~/.cache/...`).
+
+Public: `cache_bytecode`, `needs_cache`, `cache_dir`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+ENV = "DFLASH_PARITY_PYCACHE"
+PROBE = "torch"  # the package whose bytecode decides (the imports that cost: torch's)
+
+
+def cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where the cache goes: `DFLASH_PARITY_PYCACHE`, else `$XDG_CACHE_HOME/dflash-parity/pycache`, else
+    `~/.cache/dflash-parity/pycache`."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV) and env[ENV] != "off":
+        return Path(env[ENV]).expanduser()
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dflash-parity" / "pycache"
+
+
+def needs_cache(package_dir: str | os.PathLike) -> bool:
+    """Whether the package at `package_dir` has no bytecode of its `__init__` for this interpreter and its
+    folder cannot take one (so Python compiles it at every import)."""
+    package_dir = Path(package_dir)
+    pyc = package_dir / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    if pyc.is_file():
+        return False
+    cache = package_dir / "__pycache__"
+    return not os.access(cache if cache.is_dir() else package_dir, os.W_OK)
+
+
+def cache_bytecode(environ: dict[str, str] | None = None, say: Callable[[str], None] | None = None,
+                   probe: str = PROBE) -> Path | None:
+    """Point the bytecode cache at `cache_dir()` where the probe package (torch) needs one (see the module
+    docstring; `probe`: the package that decides); the folder, or None where nothing was changed. Call it before torch is imported: a module
+    already imported keeps the bytecode it had. `say` is told once, when the folder is created."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV) == "off" or env.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix or sys.dont_write_bytecode:
+        return None
+    try:
+        spec = importlib.util.find_spec(probe)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not needs_cache(os.path.dirname(spec.origin)):
+        return None
+    where = cache_dir(env)
+    new = not where.is_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(where, os.W_OK):
+        return None
+    sys.pycache_prefix = str(where)
+    env["PYTHONPYCACHEPREFIX"] = str(where)  # the prefork, the --jobs children, the isolated workers
+    if new and say is not None:
+        say(f"dflash-parity: {probe} at {os.path.dirname(spec.origin)} has no bytecode and that folder is read-only, "
+            f"so every process compiled it again: the bytecode is cached in {where} from now on "
+            f"({ENV}=off: never; {ENV}=DIR: there)")
+    return where
