@@ -4,18 +4,21 @@ Python writes a module's compiled bytecode next to its source (`__pycache__/NAME
 time it imports it, and reads it from there afterwards. Where a package was installed without its bytecode
 (`pip install --no-compile`, as container images often are) into a folder this user cannot write, nothing is
 ever cached: every process compiles the package's sources again at each import. On the H200's image torch is
-installed so: the profiler's first start alone compiled 959 modules, 3.99 s of its 5.8 s (session 19's run
+installed so (no `__pycache__`, and `PYTHONDONTWRITEBYTECODE=1` set: run 68): the profiler's first start alone
+compiled 959 modules, 3.99 s of its 5.8 s (session 19's run
 65), and a `check --jobs` run pays that in its own process, in the prefork and in each child that imports more
 (flashinfer, `torch._inductor`).
 
 `cache_bytecode()` points Python's bytecode cache (`sys.pycache_prefix`; `PYTHONPYCACHEPREFIX` for the
 processes this one starts) at a folder of ours there, so the first process writes it and the others read it.
 It changes nothing where torch's bytecode is cached already or its folder is writable (Python caches it
-itself), where the user chose a prefix (`PYTHONPYCACHEPREFIX`) or asked for no bytecode to be written
-(`PYTHONDONTWRITEBYTECODE`, `-B`), or where `DFLASH_PARITY_PYCACHE=off`. `DFLASH_PARITY_PYCACHE=DIR` names
-the folder (default: `$XDG_CACHE_HOME/dflash-parity/pycache`, else `~/.cache/...`).
+itself), where the user chose a prefix (`PYTHONPYCACHEPREFIX`), or where `DFLASH_PARITY_PYCACHE=off`.
+`DFLASH_PARITY_PYCACHE=DIR` names the folder (default: `$XDG_CACHE_HOME/dflash-parity/pycache`, else
+`~/.cache/...`). Where no bytecode may be written (`PYTHONDONTWRITEBYTECODE`, `-B`: the H200's image sets it,
+run 68) nothing is cached unless `DFLASH_PARITY_PYCACHE` names the folder, which is the opt-in; `check` says
+so.
 
-Public: `cache_bytecode`, `needs_cache`, `cache_dir`.
+Public: `cache_bytecode`, `has_bytecode`, `can_take_bytecode`, `cache_dir`.
 """
 
 from __future__ import annotations
@@ -40,32 +43,45 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(base) / "dflash-parity" / "pycache"
 
 
-def needs_cache(package_dir: str | os.PathLike) -> bool:
-    """Whether the package at `package_dir` has no bytecode of its `__init__` for this interpreter and its
-    folder cannot take one (so Python compiles it at every import)."""
-    package_dir = Path(package_dir)
-    pyc = package_dir / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
-    if pyc.is_file():
-        return False
-    cache = package_dir / "__pycache__"
-    return not os.access(cache if cache.is_dir() else package_dir, os.W_OK)
+def has_bytecode(package_dir: str | os.PathLike) -> bool:
+    """Whether the package at `package_dir` holds the bytecode of its `__init__` for this interpreter."""
+    return (Path(package_dir) / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc").is_file()
+
+
+def can_take_bytecode(package_dir: str | os.PathLike) -> bool:
+    """Whether Python could write the package's bytecode next to its sources (its `__pycache__`, or the
+    folder where there is none yet, is writable)."""
+    cache = Path(package_dir) / "__pycache__"
+    return os.access(cache if cache.is_dir() else package_dir, os.W_OK)
 
 
 def cache_bytecode(environ: dict[str, str] | None = None, say: Callable[[str], None] | None = None,
-                   probe: str = PROBE) -> Path | None:
+                   probe: str = PROBE, hint: bool = False) -> Path | None:
     """Point the bytecode cache at `cache_dir()` where the probe package (torch) needs one (see the module
-    docstring; `probe`: the package that decides); the folder, or None where nothing was changed. Call it before torch is imported: a module
-    already imported keeps the bytecode it had. `say` is told once, when the folder is created."""
+    docstring; `probe`: the package that decides); the folder, or None where nothing was changed. Call it
+    before torch is imported: a module already imported keeps the bytecode it had. `say` is told once, when
+    the folder is created; with `hint`, also where the cache would help but `PYTHONDONTWRITEBYTECODE` (or
+    `-B`) forbids it and `DFLASH_PARITY_PYCACHE` does not name a folder (naming one is the opt-in)."""
     env = os.environ if environ is None else environ
-    if env.get(ENV) == "off" or env.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix or sys.dont_write_bytecode:
+    chosen = env.get(ENV, "")
+    if chosen == "off" or env.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
         return None
     try:
         spec = importlib.util.find_spec(probe)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not needs_cache(os.path.dirname(spec.origin)):
+    if spec is None or not spec.origin or has_bytecode(os.path.dirname(spec.origin)):
         return None
-    where = cache_dir(env)
+    where, there = cache_dir(env), os.path.dirname(spec.origin)
+    if sys.dont_write_bytecode:
+        if not chosen:
+            if hint and say is not None:
+                say(f"dflash-parity: {probe} at {there} has no bytecode and none is written "
+                    f"(PYTHONDONTWRITEBYTECODE), so each process compiles its sources again at import; "
+                    f"{ENV}=DIR caches the bytecode in DIR")
+            return None
+    elif can_take_bytecode(there):
+        return None  # Python writes it there itself, once
     new = not where.is_dir()
     try:
         where.mkdir(parents=True, exist_ok=True)
@@ -75,8 +91,10 @@ def cache_bytecode(environ: dict[str, str] | None = None, say: Callable[[str], N
         return None
     sys.pycache_prefix = str(where)
     env["PYTHONPYCACHEPREFIX"] = str(where)  # the prefork, the --jobs children, the isolated workers
+    if chosen and sys.dont_write_bytecode:  # the user named the folder: that is the opt-in, for every process
+        sys.dont_write_bytecode = False
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if new and say is not None:
-        say(f"dflash-parity: {probe} at {os.path.dirname(spec.origin)} has no bytecode and that folder is read-only, "
-            f"so every process compiled it again: the bytecode is cached in {where} from now on "
-            f"({ENV}=off: never; {ENV}=DIR: there)")
+        say(f"dflash-parity: {probe} at {there} has no bytecode, so each process compiled its sources again: "
+            f"the bytecode is cached in {where} from now on ({ENV}=off: never)")
     return where

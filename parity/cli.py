@@ -168,8 +168,9 @@ def launch_prefork_early(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     from parity import bytecode, prefork
 
-    bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True))
-    launch_prefork_early(sys.argv[1:] if argv is None else argv)
+    tokens = sys.argv[1:] if argv is None else list(argv)
+    bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True), hint="check" in tokens)
+    launch_prefork_early(tokens)
     try:
         return _main(argv)
     finally:
