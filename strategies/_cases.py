@@ -274,39 +274,68 @@ def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _field_strategies(limits: Limits) -> dict[str, st.SearchStrategy]:
+    """The strategy of each field `_case_params` draws directly, built once per `limits` (as `batch_sizes`
+    above: a strategy built afresh in every draw is validated and labelled afresh; a cached one draws the
+    same choices)."""
+    return {
+        "block_size": st.sampled_from([k for k in BLOCK_SIZES if k <= limits.max_block]),
+        "num_kv_heads": st.sampled_from([h for h in KV_HEADS if h <= limits.max_kv_heads]),
+        "group": st.sampled_from([x for x in GROUPS if x <= limits.max_group]),
+        "head_dim": st.sampled_from(limits.head_dims),
+        "page_size": st.sampled_from(PAGE_SIZES),
+        "dtype": st.sampled_from(limits.dtypes),
+        "kv_dtype": st.sampled_from(limits.kv_dtypes),
+        "k_scale": st.sampled_from(FP8_SCALES),
+        "v_scale": st.sampled_from(FP8_SCALES),
+        "scale": st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0))),
+        "layout": st.sampled_from(("NHD", "HND")),
+        "block_storage": st.sampled_from(("dense", "appended")),
+        "page_table_dtype": st.sampled_from(("int32", "int64")),
+        "page_table_pad": st.sampled_from((0, 3)),
+        "spare_pages": st.integers(1, 3),
+        "extra_pages": st.integers(0, 1),
+        "perm_seed": st.integers(0, 2**16),
+        "seed": st.integers(0, 2**16),
+    }
+
+
 @st.composite
 def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict[str, Any]:
-    def pick(name: str, strategy: st.SearchStrategy) -> Any:
-        return fixed[name] if name in fixed else draw(strategy)
+    strat = _field_strategies(limits)
+
+    def pick(name: str, strategy: st.SearchStrategy | None = None) -> Any:
+        return fixed[name] if name in fixed else draw(strat[name] if strategy is None else strategy)
 
     B = pick("batch_size", batch_sizes(limits))
-    K = pick("block_size", st.sampled_from([k for k in BLOCK_SIZES if k <= limits.max_block]))
-    hkv = pick("num_kv_heads", st.sampled_from([h for h in KV_HEADS if h <= limits.max_kv_heads]))
-    g = pick("group", st.sampled_from([x for x in GROUPS if x <= limits.max_group]))
-    D = pick("head_dim", st.sampled_from(limits.head_dims))
-    ps = pick("page_size", st.sampled_from(PAGE_SIZES))
+    K = pick("block_size")
+    hkv = pick("num_kv_heads")
+    g = pick("group")
+    D = pick("head_dim")
+    ps = pick("page_size")
     window = pick("window", windows(K))
     width = window[1]
     # Each request draws its length and the key of its value streams together (one span), so that
     # shrinking can delete any request and keep every other one's values (oracle/values.py).
     reqs = ([(L, draw(VALUE_KEYS)) for L in fixed["context_lens"]] if fixed.get("context_lens") else
             [draw(request_draws(ps, width, limits)) for _ in range(B)])
-    dtype = pick("dtype", st.sampled_from(limits.dtypes))
-    kv = pick("kv_dtype", st.sampled_from(limits.kv_dtypes))
+    dtype = pick("dtype")
+    kv = pick("kv_dtype")
     p = {
         "context_lens": [L for L, _ in reqs], "value_keys": [k for _, k in reqs],
         "block_size": K, "num_kv_heads": hkv, "group": g, "head_dim": D,
         "page_size": ps, "window": window, "dtype": dtype, "kv_dtype": kv,
-        "k_scale": pick("k_scale", st.sampled_from(FP8_SCALES)), "v_scale": pick("v_scale", st.sampled_from(FP8_SCALES)),
-        "scale": pick("scale", st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0)))),
-        "layout": pick("layout", st.sampled_from(("NHD", "HND"))),
-        "block_storage": pick("block_storage", st.sampled_from(("dense", "appended"))),
-        "page_table_dtype": pick("page_table_dtype", st.sampled_from(("int32", "int64"))),
-        "page_table_pad": pick("page_table_pad", st.sampled_from((0, 3))),
-        "spare_pages": pick("spare_pages", st.integers(1, 3)),
-        "extra_pages": pick("extra_pages", st.integers(0, 1)),
-        "perm_seed": pick("perm_seed", st.integers(0, 2**16)),
-        "seed": pick("seed", st.integers(0, 2**16)),
+        "k_scale": pick("k_scale"), "v_scale": pick("v_scale"),
+        "scale": pick("scale"),
+        "layout": pick("layout"),
+        "block_storage": pick("block_storage"),
+        "page_table_dtype": pick("page_table_dtype"),
+        "page_table_pad": pick("page_table_pad"),
+        "spare_pages": pick("spare_pages"),
+        "extra_pages": pick("extra_pages"),
+        "perm_seed": pick("perm_seed"),
+        "seed": pick("seed"),
         "values": pick("values", value_regimes(limits)),
     }
     # The production dimension, drawn last: its fields replace the small shape's (never a field the caller
