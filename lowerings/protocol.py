@@ -134,12 +134,20 @@ class OptionalHooks(Protocol):
       check reads it: `prepare` raising NotImplementedError is what bench acts on).
     - `threshold` (default None; `dflash-parity bench`'s decode-rows table): a dispatching lowering's
       batch threshold (rows when `B <= threshold`); bench forces the rows form on a copy by raising it.
+    - `supports_by_shape` (default False; `strategies.repair`): `supports(case)` decides from the case's
+      shape and dtype fields, never from which page ids it got. A drawn case the lowering refuses is
+      repaired (another window, layout, page size, ...); with this declared, each candidate is asked with
+      its pages in pool order and only the one accepted gets its drawn permutation of the pool: the same
+      cases, drawn without shuffling a pool per refused candidate (hybrid_paged refuses most draws and
+      tried 12 candidates a draw, each a shuffle). A `supports` that does read the page ids is caught (the
+      accepted candidate is asked again with its own pages) and the draw falls back to the full repair.
     """
 
     writes_given_output: bool
     accuracy: str | tuple[str, ...] | None
     graph_safe: bool
     threshold: int | None
+    supports_by_shape: bool
 
     def case_limits(self, device: str) -> Any: ...
 
@@ -161,7 +169,8 @@ class OptionalHooks(Protocol):
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
 OPTIONAL_METHODS = ("case_limits", "dispatch_boundaries", "compile_family", "kernel_families",
                     "forbidden_kernel_families", "jit_modules", "prepare", "run_output")
-OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None, "graph_safe": False, "threshold": None}
+OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None, "graph_safe": False, "threshold": None,
+                       "supports_by_shape": False}
 
 
 def optional_hook(lowering: object, name: str) -> Callable[..., Any] | None:

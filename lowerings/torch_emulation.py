@@ -34,6 +34,7 @@ class TorchLoweringBase:
     deterministic: bool = True
     max_compiles: int | None = None
     name = "torch-base"
+    supports_by_shape = True  # supports() reads shape fields only (lowerings.protocol.OptionalHooks)
 
     def available(self, device: str) -> tuple[bool, str]:
         if device not in self.devices:

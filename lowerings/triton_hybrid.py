@@ -35,6 +35,7 @@ class HybridPaged:
     # 500-case sweep, docs/gpu run 8, saw 3 in a family under the old bound of 2 for both.)
     max_compiles = 3
     writes_given_output = True  # the launcher writes into out=/lse_out= (the runner poisons and guards them)
+    supports_by_shape = True  # supports() reads shape fields only (lowerings.protocol.OptionalHooks)
 
     def __init__(self, num_splits: int | None = None) -> None:
         """`num_splits=None`: the production split plan. A fixed count (`hybrid_paged[splits=4]`) forces

@@ -248,29 +248,48 @@ def is_supported(lowering: Any, case: Case) -> bool:
     return hooks.call(lowering, "supports", case, case=case) is None
 
 
-def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
-    """The case of `p`, or of the first repair of it `lowering` supports; `refit(q)` (a production draw's
-    budget, `strategies._production.fit_budget`) applies to each repaired candidate."""
-    make = build_case if refit is None else (lambda q: build_case(refit(q)))
-    case = build_case(p)
-    if lowering is None or is_supported(lowering, case):
-        return case
+def _candidates(p: dict[str, Any]):
+    """The repairs of `p` in the order they are tried: one field at a time (`_REPAIRS`), then two at once
+    (e.g. window and page size) as a last resort."""
     for key, alternatives in _REPAIRS:
         for alt in alternatives:
-            q = dict(p, **{key: alt})
-            cand = make(q)
-            if is_supported(lowering, cand):
-                return cand
-    # Two fields at once (e.g. window and page size) as a last resort.
+            yield dict(p, **{key: alt})
     for key1, alts1 in _REPAIRS:
         for key2, alts2 in _REPAIRS:
             if key2 <= key1:
                 continue
             for a1 in alts1:
                 for a2 in alts2:
-                    cand = make(dict(p, **{key1: a1, key2: a2}))
-                    if is_supported(lowering, cand):
-                        return cand
+                    yield dict(p, **{key1: a1, key2: a2})
+
+
+def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
+    """The case of `p`, or of the first repair of it (`_candidates`) `lowering` supports; `refit(q)` (a
+    production draw's budget, `strategies._production.fit_budget`) applies to each repaired candidate.
+
+    Where the lowering declares `supports_by_shape` (`lowerings.protocol.OptionalHooks`), each candidate is
+    asked with its pages in pool order (no permutation to compute) and only the accepted one is built with
+    `p`'s permutation: the same case, since such a `supports` cannot tell the two apart. If the accepted
+    one is refused with its own pages after all, the draw is repaired again the full way."""
+    make = build_case if refit is None else (lambda q: build_case(refit(q)))
+    case = build_case(p)
+    if lowering is None or is_supported(lowering, case):
+        return case
+    from lowerings.protocol import optional_attribute
+
+    if p.get("perm_seed") and optional_attribute(lowering, "supports_by_shape"):
+        for q in _candidates(p):
+            if is_supported(lowering, make(dict(q, perm_seed=0))):
+                cand = make(q)
+                if is_supported(lowering, cand):
+                    return cand
+                break  # its supports() read the page ids: the full repair below decides
+        else:
+            return None
+    for q in _candidates(p):
+        cand = make(q)
+        if is_supported(lowering, cand):
+            return cand
     return None
 
 

@@ -35,6 +35,7 @@ class FlashinferBase(GraphArenas):
     deterministic: bool = True
     max_compiles: int | None = None
     graph_safe: bool = False  # True: prepare() returns a function a CUDA graph may capture and replay
+    supports_by_shape = True  # every adapter's supports() reads shape fields only (lowerings.protocol)
     name = "flashinfer-base"
 
     def __init__(self) -> None:
