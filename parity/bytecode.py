@@ -3,11 +3,11 @@
 Python writes a module's compiled bytecode next to its source (`__pycache__/NAME.cpython-312.pyc`) the first
 time it imports it, and reads it from there afterwards. Where a package was installed without its bytecode
 (`pip install --no-compile`, as container images often are) into a folder this user cannot write, nothing is
-ever cached: every process compiles the package's sources again at each import. On the H200's image torch is
-installed so (no `__pycache__`, and `PYTHONDONTWRITEBYTECODE=1` set: run 68): the profiler's first start alone
-compiled 959 modules, 3.99 s of its 5.8 s (session 19's run
-65), and a `check --jobs` run pays that in its own process, in the prefork and in each child that imports more
-(flashinfer, `torch._inductor`).
+ever cached: every process compiles the package's sources again at each import. On the H200's image torch has
+no `__pycache__` and `PYTHONDONTWRITEBYTECODE=1` is set (run 68): the profiler's first start alone compiled 959
+modules, 3.99 s of its 5.8 s (run 65), the prefork's imports took 7.8 s (2.8-3.2 s from this cache, run 69), and a
+`check --jobs` run pays that in its own process, in the prefork and in each child that imports more (flashinfer,
+`torch._inductor`).
 
 `cache_bytecode()` points Python's bytecode cache (`sys.pycache_prefix`; `PYTHONPYCACHEPREFIX` for the
 processes this one starts) at a folder of ours there, so the first process writes it and the others read it.
