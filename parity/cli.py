@@ -169,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from parity import bytecode, prefork
 
     tokens = sys.argv[1:] if argv is None else list(argv)
-    bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True), hint="check" in tokens)
+    bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True),
+                            hint="check" in tokens and "--quiet" not in tokens)
     launch_prefork_early(tokens)
     try:
         return _main(argv)

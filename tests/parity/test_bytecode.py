@@ -91,3 +91,17 @@ def test_the_opted_in_cache_holds_the_bytecode_for_the_next_process(tmp_path):
     assert res.returncode == 0 and res.stdout.strip() == str(tmp_path / "cache"), res.stderr
     cached = [p for p in (tmp_path / "cache").rglob("*.pyc") if "dflash_probe_pkg" in str(p)]
     assert cached and not (src / "__pycache__").exists()
+
+
+@pytest.mark.parametrize("argv, hint", [(["check", "--lowering", "no_such"], True),
+                                        (["check", "--quiet", "--lowering", "no_such"], False),
+                                        (["list", "--device", "tpu"], False)])
+def test_the_cli_asks_for_the_cache_before_anything_and_hints_only_in_a_check_that_talks(argv, hint, monkeypatch,
+                                                                                          capsys):
+    asked = []
+    monkeypatch.setattr(bytecode, "cache_bytecode", lambda **kw: asked.append(kw["hint"]))
+    from parity import cli
+
+    assert cli.main(argv) == 2  # a usage error, after the cache was asked for
+    assert asked == [hint]
+    capsys.readouterr()
