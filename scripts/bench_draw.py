@@ -5,7 +5,7 @@
 Draws N (default 150) `gpu`-profile cases for each of four lowerings with their CUDA case limits (no
 GPU needed: only the strategies run), inside `seed_only_draws()` as `check` draws them (without it hypothesis mixes
 in constants from the source of every module loaded, so adding a module changed the cases), and prints the cases drawn, a SHA-256 prefix of their JSON (equal
-fingerprints: the very same cases) and the milliseconds per case. Used for docs/performance.md.
+fingerprints: the very same cases) and the milliseconds per case, each lowering's and all. Used for docs/performance.md.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main(n: int = 150) -> None:
         lw = lowerings.get(name)
         fn = optional_hook(lw, "case_limits")
         limits = fn("cuda") if fn is not None else None
+        t1, before = time.perf_counter(), count
 
         @profile_settings("gpu", max_examples=n)
         @given(case=cases(lw, limits=limits))
@@ -41,6 +42,8 @@ def main(n: int = 150) -> None:
 
         with seed_only_draws():  # as `check` draws: the same cases whatever modules are loaded
             draw()
+        print(f"  {name}: {count - before} cases, {(time.perf_counter() - t1) / max(1, count - before) * 1000:.1f} ms "
+              f"per case")
     ms = (time.perf_counter() - t0) / count * 1000
     print(f"{count} cases, fingerprint {digest.hexdigest()[:16]}, {ms:.1f} ms per case")
 
