@@ -12,9 +12,13 @@ A user's plugin file::
     register(MyKernel())
 """
 
-from lowerings.counters import KernelCounter, counted, record, record_compile
-from lowerings.protocol import BASE_2, BASE_E, Lowering, LoweringResult, Partial
-from lowerings.registry import all_lowerings, get, load_plugin, names, register, unregister
+from lowerings._triton_env import interpret_where_no_gpu
+
+interpret_where_no_gpu()  # before anything imports triton.language (torch._dynamo does): see _triton_env
+
+from lowerings.counters import KernelCounter, counted, record, record_compile  # noqa: E402
+from lowerings.protocol import BASE_2, BASE_E, Lowering, LoweringResult, Partial  # noqa: E402
+from lowerings.registry import all_lowerings, get, load_plugin, names, register, unregister  # noqa: E402
 
 __all__ = [
     "BASE_2", "BASE_E", "KernelCounter", "Lowering", "LoweringResult", "Partial", "all_lowerings", "counted",

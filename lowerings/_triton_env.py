@@ -62,6 +62,47 @@ def ensure_interpreter_on_cpu() -> bool:
     return interpreting()
 
 
+def no_gpu_here() -> bool:
+    """True where this process can have no CUDA device, decided without initializing CUDA (a process that
+    forks others, `parity.prefork`, must not): no CUDA driver library to load, or `CUDA_VISIBLE_DEVICES`
+    hiding every device ("" or "-1"). False means there may be one (`ensure_interpreter_on_cpu` asks torch)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
+
+
+def interpret_where_no_gpu() -> None:
+    """Set ``TRITON_INTERPRET=1`` (where unset) now if `no_gpu_here()`, before anything imports
+    ``triton.language``: ``torch._dynamo`` does (a `torch.compile`'d merge, the prefork's preload), and Triton's
+    standard-library helpers (``tl.zeros``, ...) decorated then stay compiled-mode functions that an
+    interpreted kernel cannot call ("Cannot call @triton.jit'd outside of the scope of a kernel": every case of
+    hybrid_paged failed after windowed_merge[compiled] in one CPU process, and in `check --jobs --no-isolate`
+    children on CPU). Runs when the `lowerings` package is imported; touches neither torch nor CUDA."""
+    if "TRITON_INTERPRET" not in os.environ and no_gpu_here():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def helpers_interpreted() -> bool:
+    """Whether Triton's standard-library helpers (``tl.zeros``) can be called from an interpreted kernel:
+    False where ``triton.language`` was imported before ``TRITON_INTERPRET`` was set, so they were decorated
+    as compiled-mode functions. True where they are interpreted, or are not jit functions at all."""
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+    except Exception:
+        return True
+    helper = getattr(tl, "zeros", None)
+    return not (isinstance(helper, JITFunction) and not isinstance(helper, InterpretedFunction))
+
+
 def kernel_is_interpreted(kernel) -> bool:
     """True when ``kernel`` (a decorated Triton function) is an interpreted one.
 
@@ -95,6 +136,10 @@ def triton_available(device: str | None = None) -> tuple[bool, str]:
     if device == "cpu" and not interpreting():
         return False, ("the Triton kernels are compiled for the GPU in this process (TRITON_INTERPRET is "
                        "off): check on cuda, or set TRITON_INTERPRET=1 to interpret them on the CPU")
+    if device == "cpu" and not helpers_interpreted():
+        return False, ("triton.language was imported in this process before TRITON_INTERPRET was set (by "
+                       "torch._dynamo or your own code), so interpreted kernels cannot call its helpers: set "
+                       "TRITON_INTERPRET=1 before the process starts")
     return True, f"triton {getattr(triton, '__version__', '?')}"
 
 

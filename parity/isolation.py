@@ -23,7 +23,8 @@ import is refused (`--plugin FILE: ...`, exit 2) before any case runs.
 
 Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
 (`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
-torch import. The fork server never touches CUDA; each worker initializes its own device.
+torch import. The fork server never touches CUDA; each worker initializes its own device. A lowering's check
+launches it first thing (`start_fork_server`), so its imports overlap the planning and the JIT warm-up.
 """
 
 from __future__ import annotations
@@ -371,6 +372,26 @@ class IsolatedExecutor:
     @staticmethod
     def _crash(lowering: str, case: Case, message: str, seconds: float) -> CaseOutcome:
         return CaseOutcome(lowering, case, "fail", failures=[message], seconds=seconds)
+
+
+def start_fork_server() -> bool:
+    """Launch the fork server the workers are forked from now rather than when the first worker is asked for
+    (`available()`, after the planning and the JIT warm-up): its imports (`_PRELOAD`: torch and the framework)
+    then overlap what the caller does meanwhile. True where a fork server runs; False where this platform's
+    start method has none (`spawn`). Under a bare `__main__`, as `_start_process` starts workers."""
+    ctx = _context()
+    if ctx.get_start_method() != "forkserver":
+        return False
+    from multiprocessing import forkserver
+
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        forkserver.ensure_running()
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+    return True
 
 
 def _start_process(ctx, target, init: dict[str, Any], name: str):

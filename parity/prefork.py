@@ -176,6 +176,9 @@ def serve() -> int:
     _REPLIES = os.dup(1)
     os.dup2(2, 1)  # what an import prints goes to stderr, never into the replies
     t0, c0 = time.perf_counter(), _cpu()
+    from lowerings._triton_env import interpret_where_no_gpu
+
+    interpret_where_no_gpu()  # before torch._dynamo imports triton.language (no CUDA touched)
     exclude = set(sys.argv[sys.argv.index("--exclude") + 1].split(",")) if "--exclude" in sys.argv else set()
     done, skipped, refusal = preload([m for m in PRELOAD if m not in exclude], [m for m in OPTIONAL if m not in exclude])
     sys.stdout.flush()

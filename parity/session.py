@@ -272,6 +272,9 @@ class CheckSession:
 
         self.load()
         cfg = self.config
+        if cfg.isolate if isolate is None else isolate:  # its imports overlap the planning and the warm-up
+            from parity.isolation import start_fork_server
+            start_fork_server()
         work_dir = work_dir if work_dir is not None else self.report_dir
         replay = self.saved_failures(lowering.name, shard) if replay is None else replay
         with hooks.timeout_set(cfg.hook_timeout):

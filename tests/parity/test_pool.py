@@ -74,3 +74,31 @@ def test_an_isolated_jobs_run_counts_its_workers_cpu(tmp_path, capsys):
     import re
     found = re.findall(r"done in [\d.]+ s, ([\d.]+) s of CPU \(([\d.]+) s in isolated workers\)", said)
     assert len(found) == 2 and all(float(total) >= float(workers) > 0 for total, workers in found), said
+
+
+def test_an_isolated_check_launches_its_fork_server_before_the_warm_up(tmp_path):
+    """The isolated workers' fork server imports torch and the framework (8 s on the H200's image without a
+    bytecode cache, session 20): launched when a lowering's check begins, those imports overlap the planning
+    and the JIT warm-up instead of following them (it was launched by the first `available()`, after both).
+    Tried: without `start_fork_server` in `CheckSession.check` the server is not running at the warm-up."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import multiprocessing.forkserver as fs
+from parity import cli, session
+seen = []
+real = session.warm_up_lowering
+def warm_up(*args, **kw):
+    server = getattr(fs, "_forkserver", None)
+    seen.append(getattr(server, "_forkserver_pid", None) is not None)
+    return real(*args, **kw)
+session.warm_up_lowering = warm_up
+code = cli.main(["check", "--device", "cpu", "--lowering", "sdpa", "--max-examples", "2", "--warm-up",
+                 "--no-hardening", "--quiet", "--report", {str(tmp_path / "r")!r}])
+print("RESULT", code, seen)
+"""
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert "RESULT 0 [True]" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
