@@ -139,7 +139,7 @@ class OptionalHooks(Protocol):
       repaired (another window, layout, page size, ...); with this declared, each candidate is asked with
       its pages in pool order and only the one accepted gets its drawn permutation of the pool: the same
       cases, drawn without shuffling a pool per refused candidate (hybrid_paged refuses most draws and
-      tried 12 candidates a draw, each a shuffle). A `supports` that does read the page ids is caught (the
+      tried 8-13 candidates a draw, each a shuffle). A `supports` that does read the page ids is caught (the
       accepted candidate is asked again with its own pages) and the draw falls back to the full repair.
     """
 
