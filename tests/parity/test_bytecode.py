@@ -105,3 +105,16 @@ def test_the_cli_asks_for_the_cache_before_anything_and_hints_only_in_a_check_th
     assert cli.main(argv) == 2  # a usage error, after the cache was asked for
     assert asked == [hint]
     capsys.readouterr()
+
+
+def test_the_pytest_plugin_asks_for_the_cache_before_the_conftests_import_torch(monkeypatch):
+    """pytest's front end too: the plugin asks before the initial conftests are imported, so the session's own
+    torch import and its pytest-xdist workers (which inherit the environment) use the cache."""
+    from parity import pytest_plugin
+
+    asked = []
+    monkeypatch.setattr(bytecode, "cache_bytecode", lambda *a, **kw: asked.append("asked"))
+    hook = pytest_plugin.pytest_load_initial_conftests(None, None, [])
+    next(hook)  # up to the point where pytest imports the conftests
+    assert asked == ["asked"]
+    hook.close()
