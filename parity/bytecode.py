@@ -56,15 +56,17 @@ def can_take_bytecode(package_dir: str | os.PathLike) -> bool:
 
 
 def cache_bytecode(environ: dict[str, str] | None = None, say: Callable[[str], None] | None = None,
-                   probe: str = PROBE, hint: bool = False) -> Path | None:
+                   probe: str = PROBE, hint: bool = False, chosen_only: bool = False) -> Path | None:
     """Point the bytecode cache at `cache_dir()` where the probe package (torch) needs one (see the module
     docstring; `probe`: the package that decides); the folder, or None where nothing was changed. Call it
     before torch is imported: a module already imported keeps the bytecode it had. `say` is told once, when
     the folder is created; with `hint`, also where the cache would help but `PYTHONDONTWRITEBYTECODE` (or
-    `-B`) forbids it and `DFLASH_PARITY_PYCACHE` does not name a folder (naming one is the opt-in)."""
+    `-B`) forbids it and `DFLASH_PARITY_PYCACHE` does not name a folder (naming one is the opt-in).
+    `chosen_only`: only where `DFLASH_PARITY_PYCACHE` names the folder (the pytest plugin, which changes
+    nothing in a test session it is not asked to)."""
     env = os.environ if environ is None else environ
     chosen = env.get(ENV, "")
-    if chosen == "off" or env.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
+    if chosen == "off" or env.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix or (chosen_only and not chosen):
         return None
     try:
         spec = importlib.util.find_spec(probe)

@@ -70,12 +70,12 @@ def _option_taken(parser: pytest.Parser, name: str) -> bool:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
-    """Before the initial conftests are imported (they import torch): the bytecode cache where torch has none
-    (`parity.bytecode`; pytest-xdist's workers inherit it). After they registered their options: the old
-    spellings, where still free."""
+    """Before the initial conftests are imported (they import torch): the bytecode cache where torch has none,
+    only where `DFLASH_PARITY_PYCACHE` names its folder (`parity.bytecode`; pytest-xdist's workers inherit it).
+    After they registered their options: the old spellings, where still free."""
     from parity import bytecode
 
-    bytecode.cache_bytecode()
+    bytecode.cache_bytecode(chosen_only=True)
     yield
     owned = []
     for flag, dest, _, new in DEPRECATED_OPTIONS:

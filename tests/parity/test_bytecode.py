@@ -113,8 +113,16 @@ def test_the_pytest_plugin_asks_for_the_cache_before_the_conftests_import_torch(
     from parity import pytest_plugin
 
     asked = []
-    monkeypatch.setattr(bytecode, "cache_bytecode", lambda *a, **kw: asked.append("asked"))
+    monkeypatch.setattr(bytecode, "cache_bytecode", lambda *a, **kw: asked.append(kw))
     hook = pytest_plugin.pytest_load_initial_conftests(None, None, [])
     next(hook)  # up to the point where pytest imports the conftests
-    assert asked == ["asked"]
+    assert asked == [{"chosen_only": True}]  # a test session is changed only where the user named the folder
     hook.close()
+
+
+def test_chosen_only_changes_nothing_unless_the_folder_is_named(pkg, tmp_path, monkeypatch):
+    monkeypatch.setattr(bytecode, "can_take_bytecode", lambda d: False)  # where the CLI would cache by default
+    assert bytecode.cache_bytecode({}, probe="dflash_probe_pkg", chosen_only=True) is None
+    assert sys.pycache_prefix is None
+    env = {bytecode.ENV: str(tmp_path / "c")}
+    assert bytecode.cache_bytecode(env, probe="dflash_probe_pkg", chosen_only=True) == tmp_path / "c"
