@@ -29,6 +29,7 @@ launches it first thing (`start_fork_server`), so its imports overlap the planni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -378,36 +379,37 @@ def start_fork_server() -> bool:
     """Launch the fork server the workers are forked from now rather than when the first worker is asked for
     (`available()`, after the planning and the JIT warm-up): its imports (`_PRELOAD`: torch and the framework)
     then overlap what the caller does meanwhile. True where a fork server runs; False where this platform's
-    start method has none (`spawn`). Under a bare `__main__`, as `_start_process` starts workers."""
+    start method has none (`spawn`). Under a bare `__main__` (`_bare_main`), as workers start."""
     ctx = _context()
     if ctx.get_start_method() != "forkserver":
         return False
     from multiprocessing import forkserver
 
+    with _bare_main():
+        forkserver.ensure_running()
+    return True
+
+
+@contextlib.contextmanager
+def _bare_main():
+    """A bare `__main__` while a process (or the fork server) starts: multiprocessing re-runs the parent's main
+    script in a spawned/forkserver child unless told otherwise; the worker needs nothing from it (and a script
+    without a `__main__` guard would run again)."""
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
-        forkserver.ensure_running()
+        yield
     finally:
         if main is not None:
             sys.modules["__main__"] = main
-    return True
 
 
 def _start_process(ctx, target, init: dict[str, Any], name: str):
     """Start `target(conn, init)` in a process of `ctx`; returns (process, this side's connection)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     proc = ctx.Process(target=target, args=(child_conn, init), name=name, daemon=True)
-    # multiprocessing re-runs the parent's main script in a spawned/forkserver child unless told
-    # otherwise; the worker needs nothing from it (and a script without a __main__ guard would run
-    # again), so it starts under a bare __main__.
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
+    with _bare_main():
         proc.start()
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
     child_conn.close()
     return proc, parent_conn
 

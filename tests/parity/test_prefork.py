@@ -21,6 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("seconds", "phase_seconds")  # the fields of an entry that time the run
 
 
+def run_two_jobs(report: Path, capsys) -> tuple[int, str]:
+    """`check` of sdpa and decode_rows, 2 draws each, in process, `--jobs 2` on CPU: (exit code, all it said)."""
+    from parity import cli
+
+    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
+                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(report)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
 def _figures(report: Path) -> dict:
     """Each lowering's entry in `parity.json` without the fields that time the run."""
     data = json.loads((report / "parity.json").read_text())
@@ -90,18 +100,13 @@ def test_the_cuda_probe_initializes_nothing_where_there_is_no_driver():
 
 
 def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_path, capsys, monkeypatch):
-    from parity import cli
-
     class Refused:
         def start(self, env, exclude=()):
             raise prefork.PreforkError("importing flashinfer initialized CUDA, and a process forked after that "
                                        "cannot use the GPU")
 
     monkeypatch.setattr(jobs, "Prefork", Refused)
-    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
-                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
-    out = capsys.readouterr()
-    said = out.out + out.err
+    code, said = run_two_jobs(tmp_path, capsys)
     assert code == 0, said
     assert ("[jobs] children start as fresh interpreters (--jobs-start spawn): the prefork process cannot fork "
             "them: importing flashinfer initialized CUDA") in said, said
@@ -111,8 +116,6 @@ def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_pa
 def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsys, monkeypatch):
     """On the H200 importing inductor's compile_fx initialized CUDA (run 65): the prefork is refused naming the
     module, and one more starts without it (the children import it themselves); a second refusal gives up."""
-    from parity import cli
-
     tries = []
 
     class RefusedOnce(prefork.Prefork):
@@ -124,10 +127,7 @@ def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsy
             return super().start(env, timeout, exclude)
 
     monkeypatch.setattr(jobs, "Prefork", RefusedOnce)
-    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
-                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
-    out = capsys.readouterr()
-    said = out.out + out.err
+    code, said = run_two_jobs(tmp_path, capsys)
     assert code == 0, said
     assert tries == [[], ["torch._dynamo"]]
     assert "[jobs] the prefork process starts again without torch._dynamo: importing torch._dynamo initialized" in said
@@ -138,10 +138,7 @@ def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsy
             raise prefork.PreforkError("importing torch initialized CUDA, ...", "torch")
 
     monkeypatch.setattr(jobs, "Prefork", RefusedTwice)
-    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
-                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path / "b")])
-    out = capsys.readouterr()
-    said = out.out + out.err
+    code, said = run_two_jobs(tmp_path / "b", capsys)
     assert code == 0 and "children start as fresh interpreters (--jobs-start spawn)" in said, said
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from parity import cli, prefork
+from tests.parity.test_prefork import run_two_jobs
 
 
 @pytest.mark.parametrize("argv, launched", [
@@ -48,10 +49,7 @@ def _launched(monkeypatch) -> list:
 
 def test_a_check_adopts_the_prefork_launched_when_it_started(tmp_path, capsys, monkeypatch):
     procs = _launched(monkeypatch)
-    code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
-                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
-    out = capsys.readouterr()
-    said = out.out + out.err
+    code, said = run_two_jobs(tmp_path, capsys)
     assert code == 0, said
     assert len(procs) == 1, "one prefork, launched early and adopted (no second launch)"
     assert "launched when the command started, so the run waited" in said, said
