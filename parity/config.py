@@ -17,6 +17,7 @@ from typing import Any
 
 DEVICES = ("cpu", "cuda")
 JOBS_STARTS = ("prefork", "spawn")  # `--jobs-start`: see parity.prefork
+DRAW_AHEAD = ("auto", "on", "off")  # `--draw-ahead`: see parity.draw_ahead (its MODES)
 
 
 def InvalidInput(where: str, rule: str) -> Exception:  # noqa: N802  (imported late: `oracle` imports torch)
@@ -82,7 +83,8 @@ class CheckConfig:
       `shard` (`(I, S)`: this run is shard I of S of the serial run's cases, for several machines),
       `jobs_start` (how `--jobs` children start: `prefork`, forked from one process that imported once:
       `parity.prefork`; or `spawn`, a fresh interpreter each), `warm_up`, `mps` (the `--jobs` children in
-      one CUDA MPS context: `parity.mps`);
+      one CUDA MPS context: `parity.mps`), `draw_ahead` (`auto`, `on`, `off`: the cases drawn by a forked
+      process while this one judges them, `parity.draw_ahead`);
     - reports: `report` (directory; None: no files), `gate_baseline` and `gate_accept` (gate the report
       against a baseline report once written), `allow_nothing_judged`, `quiet`.
     """
@@ -110,6 +112,7 @@ class CheckConfig:
     shard: tuple[int, int] | None = None
     warm_up: bool = False
     mps: bool = False
+    draw_ahead: str = "auto"
     report: str | None = "parity-report"
     gate_baseline: str | None = None
     gate_accept: tuple[str, ...] = ()
@@ -138,6 +141,8 @@ class CheckConfig:
         _int_at_least("--jobs", self.jobs, 1)
         if self.jobs_start not in JOBS_STARTS:
             raise InvalidInput("--jobs-start", f"one of {', '.join(JOBS_STARTS)}, got {self.jobs_start!r}")
+        if self.draw_ahead not in DRAW_AHEAD:
+            raise InvalidInput("--draw-ahead", f"one of {', '.join(DRAW_AHEAD)}, got {self.draw_ahead!r}")
         if self.threads is not None:
             _int_at_least("--threads", self.threads, 1)
         for where in ("case_timeout", "hook_timeout"):

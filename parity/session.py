@@ -293,7 +293,8 @@ class CheckSession:
                                       settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
                                       yardstick=_yardstick(), replay=replay, progress=progress,
                                       target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
-                                      shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer())
+                                      shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
+                                      draw_ahead=cfg.draw_ahead)
             finally:
                 if executor is not None and executor is not self._executor:
                     executor.close()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from lowerings.protocol import Lowering, device_refusal
 from oracle.case import Case
-from parity import flakiness as fl, hooks
+from parity import draw_ahead as ahead, flakiness as fl, hooks
 from parity.case_run import compile_family, refuse_invalid, run_case
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested, requested
@@ -266,7 +266,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                    target: bool = False, seed: int | None = None,
                    executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
                    flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None,
-                   boundaries: Sequence[Any] = ()) -> LoweringReport:
+                   boundaries: Sequence[Any] = (), draw_ahead: str = "auto") -> LoweringReport:
     """Replay saved failures, run the boundary cases, then draw cases with hypothesis; a failure is shrunk
     and recorded.
 
@@ -285,6 +285,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     runs", nondeterministic, state-dependent); a failure that passed on hypothesis's replay is shrunk in a
     second search where a case fails if it fails in one of R runs; `sanitizer(lowering_name, case, history)`
     (on CUDA: `parity.sanitizer`) replays a nondeterministic one and its report is attached. 0: none of it.
+    `draw_ahead` (`auto`, `on`, `off`): the cases drawn by a forked process while this one judges them, the
+    same search (`parity.draw_ahead`).
     """
     # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
@@ -303,9 +305,14 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
                                executor=executor, shard=shard, run_case=run_case, flaky_runs=flaky_runs,
                                sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case,
-                               boundaries=boundaries)
+                               boundaries=boundaries, draw_ahead=draw_ahead)
     except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
         return hook_failure_report(report, hf, t0)
+    except ahead.DrawDiverged as err:  # never seen: the draws read more than the seed
+        report.status = "fail"
+        report.extra.append(f"the search stopped: {err}")
+        report.seconds = time.perf_counter() - t0
+        return report
     except KeyboardInterrupt:  # between the phases (setting up hypothesis's search): what ran is kept all the same
         if not report.interrupted:
             report.status, report.interrupted = "fail", True
@@ -329,7 +336,8 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     opts: RunOptions, yardstick: Lowering | None, replay: list[Case], progress, target: bool,
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
                     run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
-                    base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any]) -> LoweringReport:
+                    base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any],
+                    draw_ahead: str) -> LoweringReport:
     from hypothesis import Phase, given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -443,9 +451,32 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
             return min((e.outcome for e in found), key=lambda o: fl.case_size(o.case)) if found else None
         return None
 
+    def drawing_only(send: Callable[..., CaseOutcome]) -> None:  # in the drawer process: prop draws, `send` answers
+        nonlocal run_case, progress
+        run_case, progress = send, None
+        prop()
+
+    def judge_drawn(case: Case) -> CaseOutcome:  # prop's body for a case the drawer drew (a failure: prop's again)
+        out = run_case(lowering, case, policy, opts, yardstick)
+        if out.status != "fail":
+            report.absorb(out, compile_family(lowering, case))
+            if progress:
+                progress(report, out)
+        return out
+
+    def resumed(judged: list[Case], last) -> None:  # hypothesis's own search, the cases judged so far replayed
+        nonlocal run_case, progress
+        run_case = ahead.replaying(run_case, judged, last)
+        if progress is not None:
+            shown_ = progress
+            progress = lambda rep, out: None if out.status == SKIPPED else shown_(rep, out)  # noqa: E731
+        prop()
+
+    enabled = ahead.wanted(draw_ahead, settings, seed, target)
     try:
         with seed_only_draws():  # the same cases in any process, whatever it imported
-            _interrupt_kept(prop)
+            _interrupt_kept(lambda: ahead.search(prop, enabled=enabled, draw=drawing_only, judge=judge_drawn,
+                                                 resume=resumed))
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")

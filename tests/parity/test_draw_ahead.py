@@ -1,0 +1,195 @@
+"""`--draw-ahead`: a forked process draws the cases while the check judges them (`parity.draw_ahead`).
+
+It must change nothing a run finds: the seeded CPU run of `test_figures_unchanged` (a mutant's failure found
+and shrunk) gives the recorded figures with the drawer on, through both of its paths (every case passed; a
+failure handed back to hypothesis). The search's own paths are tested on a toy prop: every case judged once
+in order, a failure and an exception replayed to hypothesis (never judged twice), a drawer that ends with an
+error, a draw that diverges, and the drawer reaped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import Phase, given, settings, strategies as st
+
+from parity import draw_ahead
+from parity.outcome import SKIPPED, CaseOutcome
+from tests.parity import test_figures_unchanged as fixture_run
+
+
+class _Named:
+    name = "toy"
+
+
+class _Case(int):
+    def short(self) -> str:
+        return f"case {int(self)}"
+
+
+class _DrawerStopped(BaseException):
+    """What ends a drawer's search with an error in the toy (as a hook failure in `supports()` would)."""
+
+
+def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after=None):
+    """A derandomized hypothesis search over `_Case` ints through `draw_ahead.search`, as `check_lowering`
+    wires it; returns the judged calls, what `resume` was given and the exception the search ended with."""
+    judged_calls: list[tuple[str, int]] = []
+    state = {"run_case": None, "resumed": None, "in_drawer": False, "drawn": 0}
+
+    def drawn(x: int) -> _Case:
+        if state["in_drawer"] and drawer_error_after is not None:
+            state["drawn"] += 1
+            if state["drawn"] > drawer_error_after:
+                raise _DrawerStopped("no case it can draw")
+        return _Case(x)
+
+    def real_run_case(lowering, case, *_):
+        judged_calls.append(("judged", int(case)))
+        if raise_at is not None and int(case) == raise_at:
+            raise ValueError(f"raised at {int(case)}")
+        return CaseOutcome(lowering.name, case, "fail" if fail_at is not None and int(case) == fail_at else "pass")
+
+    state["run_case"] = real_run_case
+    lw = _Named()
+
+    @settings(max_examples=30, derandomize=True, database=None, phases=[Phase.generate, Phase.shrink])
+    @given(case=st.integers(0, 10**6).map(drawn))
+    def prop(case):
+        out = state["run_case"](lw, case, None, None, None)
+        if out.status == "fail":
+            raise AssertionError(f"failed at {int(case)}")
+
+    def draw(send):  # in the drawer process
+        state["run_case"], state["in_drawer"] = send, True
+        prop()
+
+    def judge(case):
+        return real_run_case(lw, case)
+
+    def resume(judged, last):
+        state["resumed"] = (list(judged), last)
+        state["run_case"] = draw_ahead.replaying(real_run_case, judged, last)
+        prop()
+
+    ended = None
+    try:
+        draw_ahead.search(prop, enabled=enabled, draw=draw, judge=judge, resume=resume)
+    except Exception as err:  # noqa: BLE001
+        ended = err
+    return judged_calls, state["resumed"], ended
+
+
+def _first_draws(n: int) -> list[int]:
+    seen: list[int] = []
+    calls, _, _ = _toy_search(enabled=False)
+    for _, c in calls:
+        seen.append(c)
+    return seen[:n]
+
+
+def test_every_drawn_case_is_judged_once_in_the_order_hypothesis_draws_them():
+    alone, _, ended_alone = _toy_search(enabled=False)
+    ahead, resumed, ended = _toy_search()
+    assert ended is None and ended_alone is None and resumed is None
+    assert ahead == alone and len(ahead) == 30
+
+
+@pytest.mark.parametrize("how", ["fail", "raise"])
+def test_a_failure_goes_back_to_hypothesis_which_shrinks_it_without_judging_it_twice(how):
+    draws = _first_draws(30)
+    k = 11  # the case drawn 12th fails (every case with its value fails, so the shrinker keeps it)
+    kw = {"fail_at": draws[k]} if how == "fail" else {"raise_at": draws[k]}
+    alone, _, ended_alone = _toy_search(enabled=False, **kw)
+    ahead, resumed, ended = _toy_search(**kw)
+    assert type(ended) is type(ended_alone) and str(ended) == str(ended_alone)
+    assert ahead == alone  # the same calls: the first 12 once each (by the judge), then hypothesis's own
+    judged, last = resumed
+    assert judged == draws[:k] and int(last[0]) == draws[k]
+    assert isinstance(last[1], ValueError if how == "raise" else CaseOutcome)
+
+
+def test_a_drawer_that_ends_with_an_error_leaves_the_search_to_hypothesis():
+    alone, _, _ = _toy_search(enabled=False)
+    ahead, resumed, ended = _toy_search(drawer_error_after=4)
+    assert ended is None
+    assert resumed == (_first_draws(4), None)  # the four it drew were judged; hypothesis drew them again
+    assert ahead == alone
+
+
+def test_a_draw_that_diverges_is_refused_naming_the_draw():
+    run = draw_ahead.replaying(lambda *a: CaseOutcome("toy", a[1], "pass"), [_Case(5), _Case(6)], None)
+    assert run(_Named(), _Case(5), None, None, None).status == SKIPPED
+    with pytest.raises(draw_ahead.DrawDiverged, match=r"draw 1: hypothesis drew case 7 where the drawer drew case 6"):
+        run(_Named(), _Case(7), None, None, None)
+
+
+def test_the_replay_answers_skipped_then_the_failure_then_judges():
+    seen = []
+    fail = CaseOutcome("toy", _Case(3), "fail")
+    run = draw_ahead.replaying(lambda *a: seen.append(int(a[1])) or CaseOutcome("toy", a[1], "pass"),
+                               [_Case(1), _Case(2)], (_Case(3), fail))
+    assert [run(_Named(), _Case(c), None, None, None).status for c in (1, 2)] == [SKIPPED, SKIPPED]
+    assert run(_Named(), _Case(3), None, None, None) is fail
+    assert run(_Named(), _Case(3), None, None, None).status == "pass" and seen == [3]
+
+
+def test_the_drawer_is_reaped():
+    pids = []
+    real = draw_ahead.Drawer.fork.__func__
+
+    def fork(cls, draw):
+        d = real(cls, draw)
+        pids.append(d.pid)
+        return d
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(draw_ahead.Drawer, "fork", classmethod(fork))
+    try:
+        _toy_search()
+        _toy_search(fail_at=_first_draws(3)[2])
+    finally:
+        mp.undo()
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.mark.parametrize("mode,kw,want", [
+    ("on", {}, True), ("off", {}, False), ("auto", {}, False), ("auto", {"max_examples": 100}, True),
+    ("on", {"derandomize": False}, False), ("on", {"database": "db", "derandomize": False, "seed": 3}, False),
+    ("on", {"target": True}, False),
+    ("on", {"derandomize": False, "seed": 3}, True), ("on", {"phases": [Phase.explicit]}, False),
+])
+def test_when_the_drawer_is_used(mode, kw, want, tmp_path):
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    db = DirectoryBasedExampleDatabase(str(tmp_path)) if kw.get("database") else None
+    s = settings(max_examples=kw.get("max_examples", 60), derandomize=kw.get("derandomize", True), database=db,
+                 phases=kw.get("phases", [Phase.generate]))
+    assert draw_ahead.wanted(mode, s, kw.get("seed"), kw.get("target", False)) is want
+    with pytest.raises(ValueError, match="one of auto, on, off"):
+        draw_ahead.wanted("sometimes", s, None, False)
+
+
+@pytest.mark.usefixtures("single_threaded_torch")
+def test_a_seeded_cpu_run_finds_the_same_with_the_drawer(tmp_path, monkeypatch):
+    """`test_figures_unchanged`'s run with `--draw-ahead on`: the same verdicts, cases, figures and shrunk
+    failure as recorded without it; the drawer ran for every lowering, and the mutant's failure went back to
+    hypothesis."""
+    import json
+
+    forks, resumes = [], []
+    real_fork, real_replaying = draw_ahead.Drawer.fork.__func__, draw_ahead.replaying
+    monkeypatch.setattr(draw_ahead.Drawer, "fork", classmethod(lambda cls, d: forks.append(1) or real_fork(cls, d)))
+    monkeypatch.setattr(draw_ahead, "replaying", lambda *a: resumes.append(len(a[1])) or real_replaying(*a))
+    monkeypatch.setattr(fixture_run, "ARGS", [*fixture_run.ARGS, "--draw-ahead", "on"])
+    got = fixture_run.figures(tmp_path / "report")
+    want = json.loads(fixture_run.FIXTURE.read_text())
+    assert got["lowerings"]["my_windowed_merge"]["failures"][0]["shrunk"]
+    diff = fixture_run.differences(want, got)
+    assert not diff, "the drawer changed what the run found:\n" + "\n".join(diff[:20])
+    assert len(forks) == len(fixture_run.LOWERINGS)
+    assert len(resumes) == 1  # the mutant's failing case, handed back to hypothesis after the cases it passed
