@@ -294,7 +294,7 @@ class CheckSession:
                                       yardstick=_yardstick(), replay=replay, progress=progress,
                                       target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
                                       shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
-                                      draw_ahead=cfg.draw_ahead)
+                                      draw_ahead=cfg.draw_ahead_mode(self.workers))
             finally:
                 if executor is not None and executor is not self._executor:
                     executor.close()

@@ -193,3 +193,16 @@ def test_a_seeded_cpu_run_finds_the_same_with_the_drawer(tmp_path, monkeypatch):
     assert not diff, "the drawer changed what the run found:\n" + "\n".join(diff[:20])
     assert len(forks) == len(fixture_run.LOWERINGS)
     assert len(resumes) == 1  # the mutant's failing case, handed back to hypothesis after the cases it passed
+
+
+@pytest.mark.parametrize("jobs,threads,cpus,want", [
+    (1, None, 16, "auto"), (15, None, 16, "off"), (8, None, 16, "auto"), (1, 1, 16, "off"), (1, None, 2, "auto"),
+])
+def test_auto_turns_off_where_this_process_has_fewer_than_two_cores(jobs, threads, cpus, want, monkeypatch):
+    from parity.config import CheckConfig
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    cfg = CheckConfig(jobs=jobs, threads=threads)
+    assert cfg.draw_ahead_mode() == want
+    assert cfg.replace(draw_ahead="on").draw_ahead_mode() == "on"  # asked for: used even so
+    assert CheckConfig(jobs=1, threads=None).draw_ahead_mode(workers=cpus) == "off"  # one xdist worker a core
