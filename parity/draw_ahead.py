@@ -18,14 +18,22 @@ it was), and every later call, shrinking included, is judged. A KeyboardInterrup
 failure propagates at once, as it does through hypothesis. So the report, the shrunk failure and every
 figure are those of the search without the drawer (`tests/parity/test_draw_ahead.py`).
 
-When (`wanted`): `--draw-ahead on|off|auto` (auto: on for `AUTO_MIN_EXAMPLES` draws or more), and only
+The shards of one lowering (`check --jobs N --shards NAME=S`) each drew every case of the serial run to run
+their share of them. Now they share one drawer (`SharedDraws`): the first shard to reach its search forks it,
+the drawer appends each case to a file next to the parts, and every shard reads them from it; one draw of each
+case instead of S. A shard whose case fails goes on as above; the drawer draws on for the others.
+
+When (`wanted`): `--draw-ahead on|off|auto` (auto: on for `AUTO_MIN_EXAMPLES` draws or more, where the process
+has two cores or more of its own: `parity.config.CheckConfig.draw_ahead_mode`; shards share their drawer
+unless `off`), and only
 where the draws cannot depend on anything but the seed: a derandomized or seeded search, no example
 database (its replays and saves), not targeted (`target()` steers the draw by the figures), with the
 generate phase, on a platform with `os.fork`. The drawer is forked from this process and touches no CUDA
 (torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would is a drawer error:
 the search runs here). Its CPU seconds count in this process's (it is reaped).
 
-Public: `MODES`, `AUTO_MIN_EXAMPLES`, `wanted`, `search`, `replaying`, `Drawer`, `DrawDiverged`.
+Public: `MODES`, `AUTO_MIN_EXAMPLES`, `wanted`, `search`, `replaying`, `Drawer`, `SharedDraws`, `Ended`,
+`DrawDiverged`.
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from oracle.case import Case
@@ -43,9 +53,11 @@ MODES = ("auto", "on", "off")
 AUTO_MIN_EXAMPLES = 100  # fewer draws: forking a drawer (10-50 ms with torch loaded) is not worth it
 
 
-class DrawDiverged(RuntimeError):
+class DrawDiverged(BaseException):
     """hypothesis drew another case than the drawer did at the same index: the draws were not a function of
-    the seed alone (a strategy or `supports()` that reads the clock, the process or the outcomes)."""
+    the seed alone (a strategy or `supports()` that reads the clock, the process or the outcomes). A
+    BaseException, so that hypothesis does not take it for a failure to shrink: it ends the lowering's check
+    (`parity.sweep.check_lowering` fails it, saying so)."""
 
 
 def wanted(mode: str, settings: Any, seed: int | None, target: bool) -> bool:
@@ -63,61 +75,99 @@ def wanted(mode: str, settings: Any, seed: int | None, target: bool) -> bool:
     return mode == "on" or settings.max_examples >= AUTO_MIN_EXAMPLES
 
 
+def _frame(kind: str, value: Any) -> bytes:
+    """One record of the drawer's stream: a 4-byte big-endian length, then the pickled `(kind, value)`."""
+    data = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
+    return len(data).to_bytes(4, "big") + data
+
+
+def _records(read: Callable[[int], bytes | None]) -> Iterator[tuple[str, Any]]:
+    """The records of a stream; `read(n)` returns n bytes, or None at its end."""
+    while True:
+        head = read(4)
+        if head is None:
+            return
+        body = read(int.from_bytes(head, "big"))
+        if body is None:
+            return
+        yield pickle.loads(body)
+
+
+class Ended(Exception):
+    """The drawer's search ended with an error (its text), or the drawer died."""
+
+
 class Drawer:
-    """The forked drawer: `Drawer.fork(draw)` runs `draw(send)` in a child process, where `send` has
-    `run_case`'s signature, pickles each case down a pipe and answers SKIPPED; `cases()` yields them here
-    and raises `Drawer.Ended` with the drawer's error when its search ended with one; `stop()` kills and
-    reaps it."""
+    """The forked drawer: `Drawer.fork(draw, path)` runs `draw(send)` in a child process, where `send` has
+    `run_case`'s signature, writes each case as a record (`_frame`) and answers SKIPPED. The records go down a
+    pipe (`path` None: `cases()` reads them), or are appended to the file `path` (a lowering's shards share one
+    drawer: `SharedDraws`). `stop()` kills and reaps it, `wait()` reaps it once its search is done."""
 
-    class Ended(Exception):
-        """The drawer's search ended with an error (its text), or the drawer died."""
+    Ended = Ended
 
-    def __init__(self, pid: int, stream) -> None:
-        self.pid, self.stream, self.reaped = pid, stream, False
+    def __init__(self, pid: int, fd: int | None) -> None:
+        self.pid, self.fd, self.reaped = pid, fd, False
 
     @classmethod
-    def fork(cls, draw: Callable[[Callable[..., CaseOutcome]], None]) -> "Drawer | None":
+    def fork(cls, draw: Callable[[Callable[..., CaseOutcome]], None], path: Path | None = None) -> "Drawer | None":
         """The drawer, or None where it could not be forked (the search then runs here)."""
-        r, w = os.pipe()
+        if path is None:
+            r, w = os.pipe()
+        else:
+            r, w = None, os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
             with warnings.catch_warnings():  # 3.12: "this process is multi-threaded, use of fork() may deadlock":
                 warnings.simplefilter("ignore", DeprecationWarning)  # the child runs Python only (no CUDA, no locks)
                 pid = os.fork()
         except OSError:
-            os.close(r)
-            os.close(w)
+            for fd in (r, w):
+                if fd is not None:
+                    os.close(fd)
             return None
         if pid == 0:  # the drawer
-            os.close(r)
+            if r is not None:
+                os.close(r)
             _drawer_main(draw, w)  # never returns
         os.close(w)
-        return cls(pid, os.fdopen(r, "rb"))
+        return cls(pid, r)
 
     def cases(self) -> Iterator[Case]:
-        while True:
-            try:
-                kind, value = pickle.load(self.stream)
-            except (EOFError, OSError, pickle.UnpicklingError) as err:
-                raise Drawer.Ended(f"the drawer died ({type(err).__name__})") from None
-            if kind == "case":
-                yield value
-            elif kind == "end":
-                return
-            else:
-                raise Drawer.Ended(value)
+        """The cases from the pipe, in order; `Ended` when the drawer's search ended with an error or it died."""
+        def read(n: int) -> bytes | None:
+            chunks, left = [], n
+            while left:
+                try:
+                    got = os.read(self.fd, left)
+                except InterruptedError:
+                    continue
+                if not got:
+                    return None
+                chunks.append(got)
+                left -= len(got)
+            return b"".join(chunks)
+
+        yield from _cases_of(_records(read))
 
     def stop(self) -> None:
+        self._reap(kill=True)
+
+    def wait(self) -> None:
+        self._reap(kill=False)
+
+    def _reap(self, kill: bool) -> None:
         if self.reaped:
             return
         self.reaped = True
-        try:
-            self.stream.close()
-        except OSError:
-            pass
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        if kill:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         while True:
             try:
                 os.waitpid(self.pid, 0)  # reaped: its CPU seconds count in this process's children
@@ -128,13 +178,110 @@ class Drawer:
                 return
 
 
+def _cases_of(records: Iterator[tuple[str, Any]]) -> Iterator[Case]:
+    ended = False
+    for kind, value in records:
+        if kind == "case":
+            yield value
+        elif kind == "end":
+            ended = True
+            return
+        elif kind == "error":
+            raise Ended(value)
+    if not ended:
+        raise Ended("the drawer died before the end of its search")
+
+
+class SharedDraws:
+    """The draws of a lowering's `--jobs` shards, drawn once: every shard draws the very same sequence (a
+    derandomized or seeded search), so the first shard to reach its search (`claim`: the file created
+    exclusively) forks the one drawer, which appends each case to the file, and every shard, that one included,
+    judges its share of them as they come (`cases`). Instead of S draws of every case, one: on the H200 the
+    draw was 9 ms a case of the compiled merge's shards, 4-5 s of each shard's 13-27 s (session 20's run 70).
+    A reader that finds no new record waits (0.5-5 ms), and asks whether the drawer (or, before it has
+    written, the shard that claimed the file) still lives: dead before its last record, the search is
+    `Ended` and hypothesis draws here as always."""
+
+    POLL = (0.0005, 0.005)  # the reader's first and longest wait for a record, seconds
+    ALIVE_EVERY = 0.5  # seconds without a record between two checks that the drawer lives
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def claim(self) -> bool:
+        """True for the one shard that creates the file (and then forks the drawer)."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, _frame("pid", os.getpid()))  # whom the readers watch until the drawer writes its own
+        finally:
+            os.close(fd)
+        return True
+
+    def fail(self, why: str) -> None:
+        """Tell the readers the draws ended (a drawer that could not be forked)."""
+        with open(self.path, "ab") as f:
+            f.write(_frame("error", why))
+
+    def cases(self, sleep: Callable[[float], None] = time.sleep) -> Iterator[Case]:
+        state = {"pid": None}
+
+        def records() -> Iterator[tuple[str, Any]]:
+            with open(self.path, "rb") as f:
+                def read(n: int) -> bytes | None:
+                    at, waited, pause, dead = f.tell(), 0.0, self.POLL[0], False
+                    while True:
+                        data = f.read(n)
+                        if len(data) == n:
+                            return data
+                        f.seek(at)
+                        if dead:
+                            return None
+                        if waited >= self.ALIVE_EVERY:
+                            dead, waited = not _alive(state["pid"]), 0.0  # dead: one last read, then the end
+                            continue
+                        sleep(pause)
+                        waited += pause
+                        pause = min(pause * 2, self.POLL[1])
+
+                for kind, value in _records(read):
+                    if kind == "pid":
+                        state["pid"] = value
+                        continue
+                    yield kind, value
+
+        yield from _cases_of(records())
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether process `pid` runs (a zombie does not: it is dead, not yet reaped by its parent)."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class _SendFailed(BaseException):
     """The drawer could not send a case (unpicklable, or the judge is gone): its search ends there."""
 
 
 def _drawer_main(draw: Callable[[Callable[..., CaseOutcome]], None], fd: int) -> None:
-    """The drawer process: `draw(send)`, then "end", or "error" with what ended it; `os._exit` always (no
-    atexit handler, no flush of the buffers it inherited)."""
+    """The drawer process: its pid, `draw(send)`, then "end", or "error" with what ended it; `os._exit` always
+    (no atexit handler, no flush of the buffers it inherited)."""
     status = 0
     try:
         for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")):
@@ -143,22 +290,25 @@ def _drawer_main(draw: Callable[[Callable[..., CaseOutcome]], None], fd: int) ->
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        out = os.fdopen(fd, "wb")
+
+        def write(kind: str, value: Any) -> None:
+            data = _frame(kind, value)
+            while data:
+                data = data[os.write(fd, data):]
 
         def send(lowering, case, *_args) -> CaseOutcome:
             try:
-                pickle.dump(("case", case), out, protocol=pickle.HIGHEST_PROTOCOL)
-                out.flush()
+                write("case", case)
             except Exception as err:  # a BaseException: hypothesis would shrink an Exception, sending more
                 raise _SendFailed(f"could not send a case ({type(err).__name__}: {err})") from None
             return CaseOutcome(lowering.name, case, SKIPPED)
 
+        write("pid", os.getpid())
         try:
             draw(send)
-            pickle.dump(("end", None), out)
+            write("end", None)
         except BaseException as err:  # noqa: BLE001  (whatever ended it is the judge's to know)
-            pickle.dump(("error", f"{type(err).__name__}: {err}"[:500]), out)
-        out.flush()
+            write("error", f"{type(err).__name__}: {err}"[:500])
     except BaseException:  # noqa: BLE001  (a broken pipe: the judge is gone)
         status = 1
     finally:
@@ -191,19 +341,33 @@ def replaying(run_case: Callable[..., CaseOutcome], judged: list[Case],
 
 def search(prop: Callable[[], None], *, enabled: bool, draw: Callable[[Callable[..., CaseOutcome]], None],
            judge: Callable[[Case], CaseOutcome],
-           resume: Callable[[list[Case], tuple[Case, CaseOutcome | BaseException] | None], None]) -> None:
+           resume: Callable[[list[Case], tuple[Case, CaseOutcome | BaseException] | None], None],
+           shared: Path | None = None) -> None:
     """The search of `parity.sweep.check_lowering`: `prop()` where not `enabled` or no drawer could be forked;
     else the drawn cases judged here by `judge(case)` (prop's body: it counts and reports a case that did not
     fail, returns its outcome) while they all pass, and `resume(judged, last)` (hypothesis's search over
-    `replaying`) when one fails or raises an Exception, or the drawer ends with an error."""
-    drawer = Drawer.fork(draw) if enabled else None
-    if drawer is None:
+    `replaying`) when one fails or raises an Exception, or the drawer ends with an error. `shared` (a `--jobs`
+    shard: `SharedDraws`' file, removed by the parent before the shards start): the cases come from the one
+    drawer of the lowering's shards; this process forks it if it is the first to get here, and reaps it at the
+    end without stopping it before (the other shards read it)."""
+    drawer, source = None, None
+    if shared is not None and enabled:
+        draws = SharedDraws(shared)
+        if draws.claim():
+            drawer = Drawer.fork(draw, path=draws.path)
+            if drawer is None:
+                draws.fail("the drawer could not be forked")
+        source = draws.cases()
+    elif enabled:
+        drawer = Drawer.fork(draw)
+        source = drawer.cases() if drawer is not None else None
+    if source is None:
         prop()
         return
     judged: list[Case] = []
-    last = None
+    last, finished = None, False
     try:
-        for case in drawer.cases():
+        for case in source:
             try:
                 out = judge(case)
             except Exception as err:  # noqa: BLE001  (hypothesis's to shrink: replayed to it)
@@ -214,9 +378,21 @@ def search(prop: Callable[[], None], *, enabled: bool, draw: Callable[[Callable[
                 break
             judged.append(case)
         else:
-            return  # the drawer's search ended: every case it drew was judged and passed
-    except Drawer.Ended:
+            finished = True  # the drawer's search ended: every case it drew was judged and passed
+    except Ended:
         pass
-    finally:
+    except BaseException:
+        if drawer is not None:
+            drawer.stop()
+        raise
+    if drawer is not None and shared is None:
         drawer.stop()
-    resume(judged, last)
+    try:
+        if not finished:
+            resume(judged, last)
+    except BaseException:
+        if drawer is not None:
+            drawer.stop()
+        raise
+    if drawer is not None:
+        drawer.wait()

@@ -61,6 +61,12 @@ def part_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
     return Path(report_dir) / "parts" / f"{lowering_stem(name)}{suffix}.json"
 
 
+def shared_draws_path(report_dir: Path, name: str, shards: int) -> Path:
+    """The file through which the `shards` shard processes of lowering `name` share one drawer
+    (`parity.draw_ahead.SharedDraws`); removed before the shards start, so that one is never an earlier run's."""
+    return Path(report_dir) / "parts" / f"{lowering_stem(name)}.draws-of-{shards}"
+
+
 def workers_cpu_path(report_dir: Path, name: str, shard: Shard | None = None) -> Path:
     """Where that child writes the CPU seconds of its isolated workers (one number), which run outside its
     process tree (a fork server's children), so its own CPU seconds do not hold them."""
@@ -181,13 +187,19 @@ def run_jobs(session: Any, names: Sequence[str], shards: dict[str, int] | None =
         part_path(report_dir, t.lowering, t.shard).unlink(missing_ok=True)
         if t.shard is not None:
             shutil.rmtree(shards_mod.shard_dir(report_dir, lowering_stem(t.lowering), t.shard), ignore_errors=True)
+            shared_draws_path(report_dir, t.lowering, t.shard[1]).unlink(missing_ok=True)
     gpus = GpuSlots(visible_gpus() if session.device == "cuda" else 0, os.environ.get("CUDA_VISIBLE_DEVICES"))
     from parity.mps import processes_per_gpu
 
     per_gpu = processes_per_gpu(min(config.jobs, len(tasks)), gpus.count)
-    with _mps_for(session, per_gpu) as mps:
-        return _run_tasks(session, names, tasks, shards, child_env(config.jobs, mps=mps.env), gpus, poll=poll,
-                          grace=grace)
+    try:
+        with _mps_for(session, per_gpu) as mps:
+            return _run_tasks(session, names, tasks, shards, child_env(config.jobs, mps=mps.env), gpus, poll=poll,
+                              grace=grace)
+    finally:  # the shards' shared draws (parity.draw_ahead.SharedDraws): read by now, or never to be
+        for t in tasks:
+            if t.shard is not None:
+                shared_draws_path(report_dir, t.lowering, t.shard[1]).unlink(missing_ok=True)
 
 
 def _mps_for(session: Any, per_gpu: int):

@@ -162,9 +162,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", "--threads", "torch CPU threads of each process that runs cases (this one, each --jobs child, "
            "each isolated worker; default: the cores over the processes running cases at once, at least 1: "
            "os.cpu_count() // (--jobs x pytest-xdist workers))", parse=positive_int, metavar="N"),
-    Option("draw_ahead", "--draw-ahead", "auto (default: on for 100 cases a lowering or more), on or off: a forked "
-           "process draws the cases while this one judges them; the same cases, verdicts and shrunk failures "
-           "(see parity.draw_ahead)", choices=DRAW_AHEAD, parse=one_of(*DRAW_AHEAD), default="auto"),
+    Option("draw_ahead", "--draw-ahead", "auto (default: on for 100 cases a lowering or more where a process has "
+           "two cores of its own; a lowering's --shards share one drawer), on or off: a forked process draws the "
+           "cases while this one judges them; the same cases, verdicts and shrunk failures (see parity.draw_ahead)",
+           choices=DRAW_AHEAD, parse=one_of(*DRAW_AHEAD), default="auto"),
     Option("warm_up", "--warm-up", "load each lowering's JIT kernel modules before its first case, timed apart from "
            "the cases (see parity.warmup)", kind="flag", default=False),
     Option("mps", "--mps", "with --jobs on cuda (pytest: with -n N): run the processes sharing a GPU under CUDA MPS, "

@@ -260,7 +260,7 @@ class CheckSession:
     def check(self, lowering, *, shard: Shard | None = None, work_dir: Path | None = None,
               progress: Callable | None = None, warm: bool | None = None, max_examples: int | None = None,
               isolate: bool | None = None, case_timeout: float | None = None, fixed: dict[str, Any] | None = None,
-              replay: list | None = None):
+              replay: list | None = None, shared_draws: Path | None = None):
         """Check one lowering: its saved failures first (shard 0), its boundary cases, the drawn sweep (shard
         `shard` of the serial run's cases). A hook failure while planning fails it alone; SIGINT during the
         warm-up gives a failed, interrupted report. `fixed` case fields narrow the draw (no boundary cases);
@@ -294,7 +294,8 @@ class CheckSession:
                                       yardstick=_yardstick(), replay=replay, progress=progress,
                                       target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
                                       shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
-                                      draw_ahead=cfg.draw_ahead_mode(self.workers))
+                                      draw_ahead=cfg.draw_ahead_mode(self.workers),
+                                      shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
             finally:
                 if executor is not None and executor is not self._executor:
                     executor.close()
@@ -447,7 +448,8 @@ class CheckSession:
         lw = lowerings.get(name)
         label = shards_mod.shard_label(name, inner)
         try:
-            rep = self.check(lw, shard=shard, work_dir=work_dir, progress=self._part_progress(label))
+            shared = jobs_mod.shared_draws_path(self.report_dir, name, inner[1]) if inner else None
+            rep = self.check(lw, shard=shard, work_dir=work_dir, progress=self._part_progress(label), shared_draws=shared)
         finally:
             self.close()
             if self.worker_cpu_seconds:  # the parent's count of this child's CPU cannot see them (not its children)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from lowerings.protocol import Lowering, device_refusal
@@ -266,7 +267,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                    target: bool = False, seed: int | None = None,
                    executor: CaseExecutor | None = None, shard: tuple[int, int] | None = None,
                    flaky_runs: int = 4, sanitizer: Callable[[str, Case, Case | None], str] | None = None,
-                   boundaries: Sequence[Any] = (), draw_ahead: str = "auto") -> LoweringReport:
+                   boundaries: Sequence[Any] = (), draw_ahead: str = "auto",
+                   shared_draws: Path | None = None) -> LoweringReport:
     """Replay saved failures, run the boundary cases, then draw cases with hypothesis; a failure is shrunk
     and recorded.
 
@@ -286,7 +288,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     second search where a case fails if it fails in one of R runs; `sanitizer(lowering_name, case, history)`
     (on CUDA: `parity.sanitizer`) replays a nondeterministic one and its report is attached. 0: none of it.
     `draw_ahead` (`auto`, `on`, `off`): the cases drawn by a forked process while this one judges them, the
-    same search (`parity.draw_ahead`).
+    same search (`parity.draw_ahead`); `shared_draws` (a `--jobs` shard): the file through which the shards of
+    this lowering share one drawer (`parity.draw_ahead.SharedDraws`).
     """
     # `run_case` is rebound locally (not renamed) on purpose: derandomized hypothesis profiles seed their
     # draws from the test function's source, so `prop` below keeps the exact text it always had and a
@@ -305,7 +308,7 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
                                executor=executor, shard=shard, run_case=run_case, flaky_runs=flaky_runs,
                                sanitizer=sanitizer, reruns=reruns, base_run_case=base_run_case,
-                               boundaries=boundaries, draw_ahead=draw_ahead)
+                               boundaries=boundaries, draw_ahead=draw_ahead, shared_draws=shared_draws)
     except HookFailure as hf:  # a hook raised, exited or hung: this lowering's failure, the run goes on
         return hook_failure_report(report, hf, t0)
     except ahead.DrawDiverged as err:  # never seen: the draws read more than the seed
@@ -337,7 +340,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
                     seed: int | None, executor: CaseExecutor | None, shard: tuple[int, int] | None,
                     run_case: Callable[..., CaseOutcome], flaky_runs: int, sanitizer, reruns,
                     base_run_case: Callable[..., CaseOutcome], boundaries: Sequence[Any],
-                    draw_ahead: str) -> LoweringReport:
+                    draw_ahead: str, shared_draws: Path | None) -> LoweringReport:
     from hypothesis import Phase, given, target as hyp_target
     from hypothesis.errors import Flaky, Unsatisfiable
 
@@ -473,10 +476,12 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         prop()
 
     enabled = ahead.wanted(draw_ahead, settings, seed, target)
+    if shard is None or shared_draws is None or not ahead.wanted("on", settings, seed, target):
+        shared_draws = None  # one drawer for the shards only where they all draw the same cases
     try:
         with seed_only_draws():  # the same cases in any process, whatever it imported
-            _interrupt_kept(lambda: ahead.search(prop, enabled=enabled, draw=drawing_only, judge=judge_drawn,
-                                                 resume=resumed))
+            _interrupt_kept(lambda: ahead.search(prop, enabled=enabled or shared_draws is not None, draw=drawing_only,
+                                                 judge=judge_drawn, resume=resumed, shared=shared_draws))
     except KeyboardInterrupt:  # keep what ran: the caller writes a partial report, failed, and stops
         report.interrupted = True
         report.extra.append(f"interrupted after {report.cases} case(s): a partial run, not a verdict")

@@ -32,7 +32,7 @@ class _DrawerStopped(BaseException):
     """What ends a drawer's search with an error in the toy (as a hook failure in `supports()` would)."""
 
 
-def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after=None):
+def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after=None, shared=None):
     """A derandomized hypothesis search over `_Case` ints through `draw_ahead.search`, as `check_lowering`
     wires it; returns the judged calls, what `resume` was given and the exception the search ended with."""
     judged_calls: list[tuple[str, int]] = []
@@ -75,7 +75,7 @@ def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after
 
     ended = None
     try:
-        draw_ahead.search(prop, enabled=enabled, draw=draw, judge=judge, resume=resume)
+        draw_ahead.search(prop, enabled=enabled, draw=draw, judge=judge, resume=resume, shared=shared)
     except Exception as err:  # noqa: BLE001
         ended = err
     return judged_calls, state["resumed"], ended
@@ -123,6 +123,24 @@ def test_a_draw_that_diverges_is_refused_naming_the_draw():
     assert run(_Named(), _Case(5), None, None, None).status == SKIPPED
     with pytest.raises(draw_ahead.DrawDiverged, match=r"draw 1: hypothesis drew case 7 where the drawer drew case 6"):
         run(_Named(), _Case(7), None, None, None)
+
+
+def test_a_diverged_draw_fails_the_lowering_saying_so(monkeypatch):
+    """Through `check_lowering`: the lowering fails with the divergence named, and hypothesis does not shrink
+    it (a BaseException)."""
+    from parity import policy, sweep
+
+    def diverging(*_a, **_kw):
+        raise draw_ahead.DrawDiverged("draw 3: hypothesis drew case A where the drawer drew case B")
+
+    monkeypatch.setattr(draw_ahead, "search", diverging)
+    import lowerings
+    from strategies import cases, profile_settings
+
+    lw = lowerings.get("sdpa")
+    rep = sweep.check_lowering(lw, policy.load(), strategy=cases(lw), settings=profile_settings("ci", max_examples=3),
+                               flaky_runs=0)
+    assert rep.status == "fail" and any("draw 3: hypothesis drew case A" in e for e in rep.extra), rep.extra
 
 
 def test_the_replay_answers_skipped_then_the_failure_then_judges():
@@ -206,3 +224,81 @@ def test_auto_turns_off_where_this_process_has_fewer_than_two_cores(jobs, thread
     assert cfg.draw_ahead_mode() == want
     assert cfg.replace(draw_ahead="on").draw_ahead_mode() == "on"  # asked for: used even so
     assert CheckConfig(jobs=1, threads=None).draw_ahead_mode(workers=cpus) == "off"  # one xdist worker a core
+
+
+def test_shards_share_one_drawer_and_judge_what_each_would_have_drawn(tmp_path, monkeypatch):
+    """Two shards (one after the other here): the first claims the file and forks the one drawer, the second
+    only reads; each judges the cases hypothesis alone would have drawn, in its order; the drawer is reaped."""
+    forks = []
+    real_fork = draw_ahead.Drawer.fork.__func__
+    monkeypatch.setattr(draw_ahead.Drawer, "fork", classmethod(lambda cls, d, path=None: forks.append(path) or
+                                                               real_fork(cls, d, path)))
+    alone, _, _ = _toy_search(enabled=False)
+    path = tmp_path / "toy.draws-of-2"
+    first, resumed1, ended1 = _toy_search(shared=path)
+    second, resumed2, ended2 = _toy_search(shared=path)
+    assert forks == [path]  # one drawer for both
+    assert first == alone and second == alone
+    assert resumed1 is resumed2 is None and ended1 is ended2 is None
+
+
+def test_a_shard_that_fails_leaves_the_shared_drawer_to_the_others(tmp_path):
+    draws = _first_draws(30)
+    path = tmp_path / "toy.draws-of-2"
+    alone_failing, _, _ = _toy_search(enabled=False, fail_at=draws[5])
+    first, resumed, _ = _toy_search(shared=path, fail_at=draws[5])  # the owner fails at the 6th case
+    assert first == alone_failing and resumed[0] == draws[:5]
+    second, resumed2, _ = _toy_search(shared=path)  # the drawer drew on: the other shard gets every case
+    assert second == _toy_search(enabled=False)[0] and resumed2 is None
+
+
+def test_a_reader_whose_drawer_died_ends_and_hypothesis_draws_as_always(tmp_path):
+    """A drawer killed before its last record: the reader waits, finds it dead, ends; no record lost."""
+    import subprocess
+
+    path = tmp_path / "toy.draws-of-2"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    first = _first_draws(1)[0]
+    path.write_bytes(draw_ahead._frame("pid", dead.pid) + draw_ahead._frame("case", _Case(first)))
+    reader = draw_ahead.SharedDraws(path)
+    got = []
+    with pytest.raises(draw_ahead.Ended, match="died"):
+        for c in reader.cases(sleep=lambda s: None):
+            got.append(c)
+    assert got == [first]
+    alone, _, _ = _toy_search(enabled=False)
+    assert _toy_search(shared=path)[0] == alone  # a second claim loses; the dead drawer's cases are replayed
+
+
+def test_only_the_first_claim_wins():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = draw_ahead.SharedDraws(os.path.join(tmp, "x.draws-of-3"))
+        assert p.claim() is True and p.claim() is False
+        assert draw_ahead._alive(os.getpid()) and not draw_ahead._alive(None)
+
+
+def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path):
+    """`check --jobs 2 --shards decode_rows=2` on CPU, the shards sharing one drawer (auto) or drawing their
+    own (off): the same cases, verdicts and figures; the shared file removed at the end."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.parity.test_figures_unchanged import KEPT
+
+    def run(mode):
+        report = tmp_path / mode
+        proc = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--lowering",
+                               "decode_rows", "--jobs", "2", "--shards", "decode_rows=2", "--max-examples", "30",
+                               "--seed", "3", "--no-isolate", "--no-hardening", "--quiet", "--limit", "max_batch=3",
+                               "--limit", "max_context=96", "--report", str(report), "--draw-ahead", mode],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert not list((report / "parts").glob("*.draws-of-*"))
+        entry = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
+        return {k: entry.get(k) for k in KEPT}
+
+    assert run("on") == run("off")
