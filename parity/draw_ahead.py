@@ -23,14 +23,13 @@ their share of them. Now they share one drawer (`SharedDraws`): the first shard 
 the drawer appends each case to a file next to the parts, and every shard reads them from it; one draw of each
 case instead of S. A shard whose case fails goes on as above; the drawer draws on for the others.
 
-When (`wanted`): `--draw-ahead on|off|auto` (auto: on for `AUTO_MIN_EXAMPLES` draws or more, where the process
-has two cores or more of its own: `parity.config.CheckConfig.draw_ahead_mode`; shards share their drawer
-unless `off`), and only
-where the draws cannot depend on anything but the seed: a derandomized or seeded search, no example
-database (its replays and saves), not targeted (`target()` steers the draw by the figures), with the
-generate phase, on a platform with `os.fork`. The drawer is forked from this process and touches no CUDA
-(torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would is a drawer error:
-the search runs here). Its CPU seconds count in this process's (it is reaped).
+When (`wanted`): `--draw-ahead on|off|auto` (auto: on for `AUTO_MIN_EXAMPLES` draws or more, where the
+process has two cores or more of its own: `parity.config.CheckConfig.draw_ahead_mode`; shards share their
+drawer unless `off`), and only where the draws cannot depend on anything but the seed: a derandomized or
+seeded search, no example database (its replays and saves), not targeted (`target()` steers the draw by the
+figures), with the generate phase, on a platform with `os.fork`. The drawer is forked from this process and
+touches no CUDA (torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would is a
+drawer error: the search runs here). Its CPU seconds count in this process's (it is reaped).
 
 Public: `MODES`, `AUTO_MIN_EXAMPLES`, `wanted`, `search`, `replaying`, `Drawer`, `SharedDraws`, `Ended`,
 `DrawDiverged`.
@@ -50,7 +49,7 @@ from oracle.case import Case
 from parity.outcome import SKIPPED, CaseOutcome
 
 MODES = ("auto", "on", "off")
-AUTO_MIN_EXAMPLES = 100  # fewer draws: forking a drawer (10-50 ms with torch loaded) is not worth it
+AUTO_MIN_EXAMPLES = 100  # fewer draws gain little (a fork and exit with torch loaded: 4-11 ms on a CI-like CPU)
 
 
 class DrawDiverged(BaseException):

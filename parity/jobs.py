@@ -30,8 +30,9 @@ Each child's CPU seconds (its isolated workers' included: `workers_cpu_path`) en
 sum ends the run (`cpu_line`). On session 18's H200 every child of run 11's command was bound by its CPU (its CPU
 seconds 97-99% of its wall, run 62), so their sum over the cores is the wall's floor.
 
-Public: `child_argv(config, part)`, `child_env`, `cpu_line`, `workers_cpu_path`, `run_jobs(session, names, shards=None) -> (data,
-interrupted)`, `merge_parts(...)`, `merge_lowering(...)`, `part_path(report_dir, name, shard=None)`.
+Public: `child_argv(config, part)`, `child_env`, `cpu_line`, `workers_cpu_path`, `shared_draws_path`,
+`run_jobs(session, names, shards=None) -> (data, interrupted)`, `merge_parts(...)`, `merge_lowering(...)`,
+`part_path(report_dir, name, shard=None)`.
 """
 
 from __future__ import annotations
