@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator
 
 from oracle.case import Case
 from parity.outcome import SKIPPED, CaseOutcome
+from parity.pool import process_alive
 
 MODES = ("auto", "on", "off")
 AUTO_MIN_EXAMPLES = 100  # fewer draws gain little (a fork and exit with torch loaded: 4-11 ms on a CI-like CPU)
@@ -239,7 +240,7 @@ class SharedDraws:
                         if dead:
                             return None
                         if waited >= self.ALIVE_EVERY:
-                            dead, waited = not _alive(state["pid"]), 0.0  # dead: one last read, then the end
+                            dead, waited = not process_alive(state["pid"]), 0.0  # dead: one last read, then the end
                             continue
                         sleep(pause)
                         waited += pause
@@ -252,26 +253,6 @@ class SharedDraws:
                     yield kind, value
 
         yield from _cases_of(records())
-
-
-def _alive(pid: int | None) -> bool:
-    """Whether process `pid` runs (a zombie does not: it is dead, not yet reaped by its parent)."""
-    if pid is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _SendFailed(BaseException):

@@ -17,6 +17,7 @@ import os
 from typing import Iterator
 
 from parity import footprint
+from parity.pool import process_alive
 
 
 class OutOfDeviceMemory(Exception):
@@ -115,16 +116,6 @@ LEASE_SHARE = 0.6
 POLL_SECONDS = 0.05
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def _ledger(path) -> Iterator[dict[int, int]]:
     """The ledger at `path` (created if missing) under an exclusive lock: `{pid: bytes leased}`, written back
@@ -152,7 +143,7 @@ def lease(path, need: int, cap: int, *, pid: int | None = None) -> bool:
     live processes plus `need` fit in `cap`, or none is held; False otherwise (the caller waits)."""
     pid = os.getpid() if pid is None else pid
     with _ledger(path) as held:
-        live = {p: b for p, b in held.items() if p != pid and _alive(p)}
+        live = {p: b for p, b in held.items() if p != pid and process_alive(p)}
         if live and sum(live.values()) + need > cap:
             return False
         held.clear()

@@ -10,7 +10,7 @@ on up. Children never outlive the pool: started with `child_kwargs()`, each lead
 and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
 on every exit path through `run_pool` its whole group is killed in a `finally`.
 
-Public: `run_pool`, `child_kwargs`, `die_with_parent`, `stop_group`, `cpu_seconds`.
+Public: `run_pool`, `child_kwargs`, `die_with_parent`, `stop_group`, `cpu_seconds`, `process_alive`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,27 @@ from typing import Any, Callable, Hashable, Sequence, TypeVar
 from parity.interrupt import raise_if_requested
 
 T = TypeVar("T", bound=Hashable)
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether process `pid` runs. A zombie does not (dead, not yet reaped by its parent): Linux's
+    `/proc/PID/stat` says so; elsewhere a signal 0 answers, which takes a zombie for alive."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _libc():

@@ -277,7 +277,9 @@ def test_only_the_first_claim_wins():
     with tempfile.TemporaryDirectory() as tmp:
         p = draw_ahead.SharedDraws(os.path.join(tmp, "x.draws-of-3"))
         assert p.claim() is True and p.claim() is False
-        assert draw_ahead._alive(os.getpid()) and not draw_ahead._alive(None)
+        from parity.pool import process_alive
+
+        assert process_alive(os.getpid()) and not process_alive(None)
 
 
 def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path):
