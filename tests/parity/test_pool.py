@@ -102,3 +102,25 @@ print("RESULT", code, seen)
     root = Path(__file__).resolve().parents[2]
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert "RESULT 0 [True]" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_a_zombie_is_not_alive():
+    """`process_alive`: a child that exited and is not reaped yet (a zombie) is dead; the memory ledger and the
+    shards' shared drawer count on it (a signal 0 alone takes a zombie for alive)."""
+    import os
+    import time
+
+    from parity.pool import process_alive
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not process_alive(pid)
+        os.kill(pid, 0)  # still there for a signal: a zombie
+    finally:
+        os.waitpid(pid, 0)
+    assert process_alive(os.getpid())
