@@ -282,25 +282,31 @@ def test_only_the_first_claim_wins():
         assert process_alive(os.getpid()) and not process_alive(None)
 
 
-def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path):
-    """`check --jobs 2 --shards decode_rows=2` on CPU, the shards sharing one drawer (auto) or drawing their
-    own (off): the same cases, verdicts and figures; the shared file removed at the end."""
+@pytest.mark.parametrize("lowering,code", [("decode_rows", 0), ("my_windowed_merge", 1)])
+def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path, lowering, code):
+    """`check --jobs 2 --shards NAME=2` on CPU, the shards sharing one drawer (on) or drawing their own (off):
+    the same cases, verdicts, figures and shrunk failures (the window-off-by-one mutant fails in both shards);
+    the shared file removed at the end."""
     import json
     import subprocess
     import sys
 
-    from tests.parity.test_figures_unchanged import KEPT
+    from tests.parity.test_figures_unchanged import FAILURE_KEPT, KEPT, MUTANT
 
     def run(mode):
         report = tmp_path / mode
-        proc = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--lowering",
-                               "decode_rows", "--jobs", "2", "--shards", "decode_rows=2", "--max-examples", "30",
-                               "--seed", "3", "--no-isolate", "--no-hardening", "--quiet", "--limit", "max_batch=3",
-                               "--limit", "max_context=96", "--report", str(report), "--draw-ahead", mode],
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        proc = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--plugin", str(MUTANT),
+                               "--lowering", lowering, "--jobs", "2", "--shards", f"{lowering}=2", "--max-examples",
+                               "30", "--seed", "3", "--no-isolate", "--no-hardening", "--quiet", "--limit",
+                               "max_batch=3", "--limit", "max_context=96", "--report", str(report), "--draw-ahead",
+                               mode], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == code, proc.stderr[-2000:]
         assert not list((report / "parts").glob("*.draws-of-*"))
-        entry = json.loads((report / "parity.json").read_text())["lowerings"]["decode_rows"]
-        return {k: entry.get(k) for k in KEPT}
+        entry = json.loads((report / "parity.json").read_text())["lowerings"][lowering]
+        kept = {k: entry.get(k) for k in KEPT}
+        kept["failures"] = [{k: f.get(k) for k in FAILURE_KEPT} for f in entry.get("failures", [])]
+        return kept
 
-    assert run("on") == run("off")
+    on = run("on")
+    assert on == run("off")
+    assert bool(on["failures"]) == bool(code) and all(f["shrunk"] for f in on["failures"])
