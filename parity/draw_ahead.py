@@ -1,7 +1,7 @@
 """Cases drawn ahead by a second process while this one judges: `search`, `--draw-ahead`.
 
 Drawing a case is hypothesis's own work plus the repair of what the lowering refuses: 8-18 ms a case on the
-H200's host against 14-20 ms for judging it (docs/performance.md), all on one core, one after the other. A
+H200's host against 14-22 ms for judging it (docs/performance.md), all on one core, one after the other. A
 derandomized (or seeded) search draws the same sequence whatever the test function does, as long as no case
 fails: hypothesis's generate phase reads nothing of a passing call but that it returned. So a forked copy of
 the check (the drawer) runs the very same test function (`prop`, its text unchanged: it seeds the draws)
@@ -31,8 +31,8 @@ figures), with the generate phase, on a platform with `os.fork`. The drawer is f
 touches no CUDA (torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would is a
 drawer error: the search runs here). Its CPU seconds count in this process's (it is reaped).
 
-Public: `MODES`, `AUTO_MIN_EXAMPLES`, `wanted`, `search`, `replaying`, `Drawer`, `SharedDraws`, `Ended`,
-`DrawDiverged`.
+Public: `MODES`, `AUTO_MIN_EXAMPLES`, `seed_fixes_the_draws`, `wanted`, `search`, `replaying`, `Drawer`,
+`SharedDraws`, `Ended`, `DrawDiverged`.
 """
 
 from __future__ import annotations
@@ -60,17 +60,22 @@ class DrawDiverged(BaseException):
     (`parity.sweep.check_lowering` fails it, saying so)."""
 
 
-def wanted(mode: str, settings: Any, seed: int | None, target: bool) -> bool:
-    """Whether `search` forks a drawer for a search under hypothesis `settings` (see the module docstring)."""
+def seed_fixes_the_draws(settings: Any, seed: int | None, target: bool) -> bool:
+    """Whether a search under hypothesis `settings` draws a sequence fixed by its seed alone (a drawer can draw
+    it elsewhere): derandomized or seeded, no example database, not targeted, with the generate phase, and a
+    platform with `os.fork`."""
     from hypothesis import Phase
 
+    if not hasattr(os, "fork") or target or settings.database is not None or Phase.generate not in settings.phases:
+        return False
+    return bool(settings.derandomize or seed is not None)
+
+
+def wanted(mode: str, settings: Any, seed: int | None, target: bool) -> bool:
+    """Whether `search` forks a drawer for a search under hypothesis `settings` (see the module docstring)."""
     if mode not in MODES:
         raise ValueError(f"draw_ahead: one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "off" or not hasattr(os, "fork"):
-        return False
-    if target or settings.database is not None or Phase.generate not in settings.phases:
-        return False
-    if not (settings.derandomize or seed is not None):
+    if mode == "off" or not seed_fixes_the_draws(settings, seed, target):
         return False
     return mode == "on" or settings.max_examples >= AUTO_MIN_EXAMPLES
 
@@ -102,8 +107,6 @@ class Drawer:
     `run_case`'s signature, writes each case as a record (`_frame`) and answers SKIPPED. The records go down a
     pipe (`path` None: `cases()` reads them), or are appended to the file `path` (a lowering's shards share one
     drawer: `SharedDraws`). `stop()` kills and reaps it, `wait()` reaps it once its search is done."""
-
-    Ended = Ended
 
     def __init__(self, pid: int, fd: int | None) -> None:
         self.pid, self.fd, self.reaped = pid, fd, False
@@ -179,17 +182,16 @@ class Drawer:
 
 
 def _cases_of(records: Iterator[tuple[str, Any]]) -> Iterator[Case]:
-    ended = False
+    """The cases of a drawer's records up to its "end"; `Ended` at its "error", or where the records stop
+    before "end" (the drawer died)."""
     for kind, value in records:
         if kind == "case":
             yield value
         elif kind == "end":
-            ended = True
             return
         elif kind == "error":
             raise Ended(value)
-    if not ended:
-        raise Ended("the drawer died before the end of its search")
+    raise Ended("the drawer died before the end of its search")
 
 
 class SharedDraws:
@@ -197,7 +199,8 @@ class SharedDraws:
     derandomized or seeded search), so the first shard to reach its search (`claim`: the file created
     exclusively) forks the one drawer, which appends each case to the file, and every shard, that one included,
     judges its share of them as they come (`cases`). Instead of S draws of every case, one: on the H200 the
-    draw was 9 ms a case of the compiled merge's shards, 4-5 s of each shard's 13-27 s (session 20's run 70).
+    draw was 9 ms a case of the compiled merge's shards, 4-5 s of each shard's 16-27 s (session 20's runs
+    70-71).
     A reader that finds no new record waits (0.5-5 ms), and asks whether the drawer (or, before it has
     written, the shard that claimed the file) still lives: dead before its last record, the search is
     `Ended` and hypothesis draws here as always."""

@@ -476,7 +476,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         prop()
 
     enabled = ahead.wanted(draw_ahead, settings, seed, target)
-    if shard is None or shared_draws is None or not ahead.wanted("on", settings, seed, target):
+    if shard is None or shared_draws is None or not ahead.seed_fixes_the_draws(settings, seed, target):
         shared_draws = None  # one drawer for the shards only where they all draw the same cases
     try:
         with seed_only_draws():  # the same cases in any process, whatever it imported
