@@ -166,11 +166,12 @@ def launch_prefork_early(argv: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from parity import bytecode, prefork
+    from parity import bytecode, prefork, shared_compiles
 
     tokens = sys.argv[1:] if argv is None else list(argv)
     bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True),
                             hint="check" in tokens and "--quiet" not in tokens)
+    shared_compiles.share_compiles()  # before any process is started: they inherit it
     launch_prefork_early(tokens)
     try:
         return _main(argv)

@@ -244,6 +244,9 @@ def _use(config: pytest.Config, profile_given: bool = False) -> None:
     if getattr(state, "_in_use", False):
         return
     state._in_use = True
+    from parity.shared_compiles import share_compiles
+
+    share_compiles()  # xdist's workers start after this, and inherit it
     from hypothesis import settings as hyp_settings
 
     from strategies import PROFILES, profile_settings

@@ -319,6 +319,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import subprocess
     import sys
 
+    from parity.shared_compiles import share_compiles
+
+    share_compiles()  # the units' processes compile each Triton kernel once between them
+
     from parity import pool
 
     ap = argparse.ArgumentParser(prog="python -m parity.warmup", description=main.__doc__.splitlines()[0])

@@ -1,0 +1,19 @@
+"""The A side of an A/B of `parity.shared_compile_cache` on the GPU: Triton's file cache as Triton keeps it (a
+process that misses compiles, whatever the others do), with the shared cache's log of each compile
+(`DFLASH_PARITY_COMPILE_LOG`), so both sides count their compiles the same way.
+
+    PYTHONPATH=scripts:$PYTHONPATH TRITON_CACHE_MANAGER=unshared_compile_cache:UnsharedCompileCache dflash-parity check ...
+"""
+
+from __future__ import annotations
+
+import os
+
+from parity.shared_compile_cache import SharedCompileCache
+
+
+class UnsharedCompileCache(SharedCompileCache):
+    """Never waits: the lock file is opened, never locked, so every miss compiles here."""
+
+    def _acquire(self) -> int:
+        return os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
