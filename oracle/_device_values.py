@@ -47,6 +47,20 @@ def _on(device: torch.device, values: list, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
 
+_UNREAD: dict[torch.device, torch.Tensor] = {}
+
+
+def _unread_fp32(device: torch.device) -> torch.Tensor:
+    """One fp32 element on `device`, passed for an affine pointer the kernel does not read. Passing the seeds
+    (int64) there made each combination of present and absent maps its own kernel signature, so its own
+    Triton compile: 101 compiles of 20 variants of `stream_kernel` in run 8's command on a cold cache (H200
+    run 76)."""
+    z = _UNREAD.get(device)
+    if z is None:
+        z = _UNREAD[device] = torch.zeros(1, dtype=torch.float32, device=device)
+    return z
+
+
 class _Affine:
     """`a [B, D]` and `c [B, H, D]` fp32 of one stream (None: 1 and 0), `s [B, H, D]` (None: no sink)."""
 
@@ -71,7 +85,7 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
         raise InvalidInput("context_lens", f"format 3's device build counts positions x H x D in 32 bits: "
                                            f"{longest} x {HD} is past 2**31; give a shorter context")
     grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / BLOCK_E))
-    z = seeds  # placeholder pointer for the arguments a launch does not read
+    z = _unread_fp32(dst.device)  # the a, c, s a launch does not read: fp32 like theirs, so one signature
     if table is not None:
         if layout == "NHD":
             strides = (page_size * HD, HD, D)  # [pages, page_size, H, D]
@@ -84,7 +98,7 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
     else:
         rows = dst.shape[1]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
-                               aff.s if aff.s is not None else z, z, 0, 1, rows, 0, 0, 0, D, HD,
+                               aff.s if aff.s is not None else z, seeds, 0, 1, rows, 0, 0, 0, D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
                                PAGED=False, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
 

@@ -385,7 +385,8 @@ def test_the_counter_build_is_a_few_launches_whatever_the_batch_and_lengths(monk
 def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     """`oracle.inputs.warm_build` (run by `parity.warmup` on CUDA) builds tiny cases that launch every compiled
     variant of the format 3 kernel a drawn case can (destination dtype, paged or dense; the regime switches are
-    run-time arguments), and its seeds are 16-byte aligned whatever the batch size (Triton specializes on it)."""
+    run-time arguments, and the affine maps a regime does not read are fp32 placeholders, so the pointers'
+    dtypes do not vary), and its seeds are 16-byte aligned whatever the batch size (Triton specializes on it)."""
     from oracle import _values_kernel
     from oracle.inputs import warm_build_cases
 
@@ -396,7 +397,8 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
         def __getitem__(self, grid):
             def launch(dst, seeds, *args, **kw):
                 assert seeds.data_ptr() % 16 == 0
-                seen.add((dst.dtype, kw["PAGED"]))
+                # the pointers' dtypes are the kernel's signature: a, c, s (read or not) and the table
+                seen.add((dst.dtype, kw["PAGED"], *(t.dtype for t in args[1:5])))
                 return real[grid](dst, seeds, *args, **kw)
             return launch
 
