@@ -11,7 +11,7 @@ from triton.runtime.cache import FileCacheManager
 
 LOCK_NAME = "parity.lock"
 LOG_ENV = "DFLASH_PARITY_COMPILE_LOG"  # a file: each compile and each wait appended as one line (for the records)
-WAIT_S = 600.0  # a waiter compiles itself after this: far past any Triton compile seen here (about 1 s)
+WAIT_S = 600.0  # a waiter compiles itself after this: far past any compile in H200 runs 76-77 (6.1 s at most, 16 busy cores)
 _POLL_S = (0.005, 0.05)  # first and longest sleep between tries of a held lock
 
 _held_here: set[str] = set()  # lock files this process holds (a second miss on one must not wait for itself)
@@ -37,16 +37,22 @@ class SharedCompileCache(FileCacheManager):
         return self._look(filename, super().get_file)
 
     def put_group(self, filename: str, group):
+        stored = False
         try:
-            return super().put_group(filename, group)
+            path = super().put_group(filename, group)
+            stored = True
+            return path
         finally:
-            self._release(filename)
+            self._release(filename, stored)
 
     def put(self, data, filename, binary=True):
+        stored = False
         try:
-            return super().put(data, filename, binary)
+            path = super().put(data, filename, binary)
+            stored = True
+            return path
         finally:
-            self._release(filename)
+            self._release(filename, stored)
 
     def __del__(self):
         self._release(None)
@@ -86,11 +92,12 @@ class SharedCompileCache(FileCacheManager):
             time.sleep(pause)
             pause = min(pause * 2, _POLL_S[1])
 
-    def _release(self, filename: str | None) -> None:
+    def _release(self, filename: str | None, stored: bool = False) -> None:
+        """Drop the lock held for `filename`'s miss (None: whichever is held); `stored`: the entry was written."""
         fd = getattr(self, "_fd", None)
         if fd is None or (filename is not None and filename != self._entry):
             return
-        if filename is not None:
+        if stored:
             compiled_here.append(f"{self.key}/{filename}")
             _log("compiled", self.key, filename, time.monotonic() - self._since)
         self._fd = self._entry = None

@@ -2,9 +2,9 @@
 
 The first test compiles a real kernel for an SM90 target in three processes at once (Triton compiles without a
 GPU; only running a kernel needs one) and counts the compiles: one with the shared cache, two or three (as the
-processes get the two cores) with a mutant that does not lock. The others drive the cache's lock directly: a
-waiter gets the entry its owner stored, a dead owner or a dropped manager frees the lock, a waiter gives up
-after `WAIT_S`, a process never waits for itself.
+processes get the two cores) with a mutant that does not lock (`scripts/unshared_compile_cache.py`, run 76's A
+side). The others drive the cache's lock directly: a waiter gets the entry its owner stored, a dead owner or a
+dropped manager frees the lock, a waiter gives up after `WAIT_S`, a process never waits for itself.
 """
 
 from __future__ import annotations
@@ -31,12 +31,8 @@ _COMPILER = textwrap.dedent('''
     from triton.compiler import ASTSource
     from parity import shared_compile_cache as scc
 
-    if sys.argv[2] == "mutant":  # never waits: every process that misses compiles
-        class NoLock(scc.SharedCompileCache):
-            def _acquire(self):
-                return os.open(self._lock_path, os.O_RDWR | os.O_CREAT)
-        scc.NoLock = NoLock
-        os.environ["TRITON_CACHE_MANAGER"] = "parity.shared_compile_cache:NoLock"
+    if sys.argv[2] == "mutant":  # run 76's A side: never waits, so every process that misses compiles
+        os.environ["TRITON_CACHE_MANAGER"] = "unshared_compile_cache:UnsharedCompileCache"
 
     @triton.jit
     def copy(x, y, n, B: tl.constexpr):
@@ -55,7 +51,7 @@ _COMPILER = textwrap.dedent('''
 
 def _compile_side_by_side(tmp_path: Path, mode: str, n: int = 3) -> list[dict]:
     tmp_path.mkdir()
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'scripts'}")
     env.pop("TRITON_CACHE_MANAGER", None)
     shared_compiles.share_compiles(env)
     script = tmp_path / "compile_one.py"
