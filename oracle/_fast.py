@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from oracle.case import Case, pages_needed
 from oracle.inputs import TORCH_DTYPES, Inputs
 
 BLOCK_N = 64
@@ -76,6 +77,8 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         kps = (kp.stride(0), kp.stride(2), kp.stride(1))
         vps = (vp.stride(0), vp.stride(2), vp.stride(1))
     pt = inputs.page_table
+    if pt.dtype == torch.int64:  # the same ids (fewer than 2**31 pages); one pointer type, so one compiled variant
+        pt = pt.to(torch.int32)
     lens = inputs.context_lens
     fp8 = TORCH_DTYPES["float8_e4m3fn"]
     is_fp8 = kp.dtype == fp8
@@ -98,9 +101,8 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         vb.stride(0), vb.stride(1), vb.stride(2),
         pt.stride(0), pt.stride(1),
         Hkv, n_splits, float(c.softmax_scale), k_scale, v_scale, int(left), int(right),
-        int(future_block_keys_right) if fbk else -1, K, G, ps, r_tot,
-        D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad,
-        APPENDED=c.block_storage == "appended", FBK=fbk, V_SPLIT=v_split, UPCAST=bool(upcast),
+        int(c.block_storage == "appended"), int(fbk), int(future_block_keys_right) if fbk else -1, K, G, ps, r_tot,
+        D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad, V_SPLIT=v_split, UPCAST=bool(upcast),
         num_warps=4, num_stages=2,
     )
     out, lse = combine_splits(acc, m, ls)
@@ -108,6 +110,28 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     out = out.permute(0, 2, 1, 3, 4).reshape(B, K, Hq, D)
     lse = lse.view(B, Hkv, r_tot)[:, :, :R].reshape(B, Hkv, K, G).permute(0, 2, 1, 3).reshape(B, K, Hq)
     return out, lse
+
+
+def variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
+                  max_block: int, max_group: int) -> list[Case]:
+    """Tiny cases (one request, one key) that launch every compiled variant of the kernel cases of these shapes
+    launch: one per head dim, dtype, KV dtype (a name, or "same") and (key padding, row block) reachable with
+    blocks of 1..`max_block` queries and GQA groups of 1..`max_group`. Everything else a case varies (lengths,
+    pages, windows, storage, the window-B mask, strides, the page table's dtype) is a run-time argument."""
+    shapes: dict[tuple[int, int], tuple[int, int]] = {}  # (K_PAD, BLOCK_R) -> the first (K, G) giving it
+    for K in range(1, max_block + 1):
+        for G in range(1, max_group + 1):
+            shapes.setdefault((_pow2_at_least(K), min(MAX_BLOCK_R, _pow2_at_least(K * G))), (K, G))
+    out = []
+    for D in head_dims:
+        for dtype in dtypes:
+            for kv in dict.fromkeys(dtype if k == "same" else k for k in kv_dtypes):
+                for K, G in shapes.values():
+                    n = pages_needed(1, K, 16)
+                    out.append(Case(context_lens=(1,), block_size=K, num_q_heads=G, num_kv_heads=1, head_dim=D,
+                                    page_size=16, pages=(tuple(range(n)),), num_pages=n + 1, dtype=dtype,
+                                    kv_dtype=kv, k_scale=1.0, v_scale=1.0, seed=1))
+    return out
 
 
 def combine_splits(acc: torch.Tensor, m: torch.Tensor, ls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,9 +30,10 @@ import triton.language as tl
 
 @triton.jit
 def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-          qk_scale, v_scale, left, right, fbk_right, K,
-          FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr):
-    """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax."""
+          qk_scale, v_scale, left, right, fbk, fbk_right, K,
+          V_SPLIT: tl.constexpr, UPCAST: tl.constexpr):
+    """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax; `fbk`
+    (0/1, run time): part B of a windowed merge, only the later block keys."""
     if UPCAST:
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
     else:
@@ -43,7 +44,7 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
         vis = vis & (t[None, :] >= pos[:, None] - left)
     if right >= 0:
         vis = vis & (t[None, :] <= pos[:, None] + right)
-    if FBK:
+    if fbk != 0:
         j = t[None, :] - L
         hi = i_row[:, None] + fbk_right
         if fbk_right < 0:
@@ -82,10 +83,14 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
 
 # Values that change from case to case are run-time arguments, never specialized on (no "== 1" or
 # "divisible by 16" variants): a sweep over K, GQA groups, page sizes, windows, batch sizes and page-table
-# views compiles the kernel once per (D, row block, storage, window-B mask, fp16 values), not once per
-# case shape. The tensor strides stay specialized: with D in {64, 128} they are multiples of 16 in every
-# case, which keeps the loads vectorized.
-RUNTIME_ARGS = ["s_pt_b", "s_pt_c", "Hkv", "n_splits", "left", "right", "fbk_right", "K", "G", "PAGE", "R_TOT"]
+# views compiles the kernel once per (D, row block, dtypes), not once per case shape. The block's storage
+# (`appended`) and the window-B mask (`fbk`) are run-time switches too: as constexprs they made four
+# variants of each (a cold H200 run compiled 100 variants, 1.4 s each: docs/gpu/2026-12-03-h200-session22.md
+# run 77); the arithmetic each case runs is the same either way, only its masks read the switches. The
+# tensor strides stay specialized: with D in {64, 128} they are multiples of 16 in every case, which keeps
+# the loads vectorized.
+RUNTIME_ARGS = ["s_pt_b", "s_pt_c", "Hkv", "n_splits", "left", "right", "appended", "fbk", "fbk_right", "K", "G",
+                "PAGE", "R_TOT"]
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)
@@ -97,9 +102,9 @@ def _oracle_kernel(
     s_kb_b, s_kb_k, s_kb_h,
     s_vb_b, s_vb_k, s_vb_h,
     s_pt_b, s_pt_c,
-    Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, fbk_right, K, G, PAGE, R_TOT,
+    Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, appended, fbk, fbk_right, K, G, PAGE, R_TOT,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
-    APPENDED: tl.constexpr, FBK: tl.constexpr, V_SPLIT: tl.constexpr, UPCAST: tl.constexpr,
+    V_SPLIT: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     rb = tl.program_id(1)
@@ -123,16 +128,15 @@ def _oracle_kernel(
     acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
 
     # The pool's key range for this request, narrowed by the window, then this program's split of it.
-    if APPENDED:
+    hi = L + 0
+    if appended != 0:
         hi = L + K
-    else:
-        hi = L + 0
     lo = L * 0
     if left >= 0:
         lo = tl.maximum(L - left, 0)
     if right >= 0:
         hi = tl.minimum(hi, L + K + right)
-    if FBK:
+    if fbk != 0:
         lo = tl.maximum(lo, L + 1)
     total = tl.maximum(hi - lo, 0)
     per = tl.cdiv(tl.cdiv(total, n_splits), BLOCK_N) * BLOCK_N
@@ -149,10 +153,10 @@ def _oracle_kernel(
         v = tl.load(VP + page[:, None] * s_vp_page + slot[:, None] * s_vp_slot + h * s_vp_head + d[None, :],
                     mask=kv_mask, other=0.0)
         acc, m_i, l_i = _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                              sm_scale * k_scale, v_scale, left, right, fbk_right, K,
-                              FBK, V_SPLIT, UPCAST)
+                              sm_scale * k_scale, v_scale, left, right, fbk, fbk_right, K,
+                              V_SPLIT, UPCAST)
 
-    if not APPENDED:
+    if appended == 0:
         if sp == 0:
             j = tl.arange(0, K_PAD)
             j_ok = j < K
@@ -162,8 +166,8 @@ def _oracle_kernel(
             vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
                          mask=kv_mask, other=0.0)
             acc, m_i, l_i = _tile(q, kb, vb, L + j, j_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                                  sm_scale, 1.0, left, right, fbk_right, K,
-                                  FBK, V_SPLIT, UPCAST)
+                                  sm_scale, 1.0, left, right, fbk, fbk_right, K,
+                                  V_SPLIT, UPCAST)
 
     # Partials of this split: acc (unnormalized), running max, running sum, in fp32.
     base = ((sp * tl.num_programs(0) + pid_bh) * R_TOT + rows).to(tl.int64)

@@ -215,6 +215,16 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     return OracleResult(out=out, lse=lse)
 
 
+def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
+                         max_block: int, max_group: int) -> list[Case]:
+    """Tiny cases that, run with `engine="triton"`, compile every variant of the Triton engine's kernel that cases
+    of these head dims, dtypes, KV dtypes ("same" allowed), block sizes up to `max_block` and GQA groups up to
+    `max_group` launch (`parity.precompile` compiles them before a run's first case)."""
+    from oracle._fast import variant_cases
+
+    return variant_cases(tuple(head_dims), tuple(dtypes), tuple(kv_dtypes), max_block, max_group)
+
+
 def _triton_engine_ready(device: torch.device) -> bool:
     """Triton importable, and the tensors on CUDA, or on the CPU with the interpreter switched on."""
     try:

@@ -280,7 +280,12 @@ class CheckSession:
         with hooks.timeout_set(cfg.hook_timeout):
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 plan = check_cases(lowering, self.device, profile=cfg.profile, overrides=self.overrides, **(fixed or {}))
-                if cfg.warm_up if warm is None else warm:
+                warm = cfg.warm_up if warm is None else warm
+                if warm or self.part is not None:  # a --jobs child: its siblings compile the variants beside it
+                    from parity.precompile import precompile_for_check
+                    precompile_for_check(plan.limits, self.device, f"{lowering.name} {shard}",
+                                         (lambda line: None) if cfg.quiet else self.say, self.warn)
+                if warm:
                     warm_up_lowering(lowering, self.device, None if cfg.quiet else self.say, plan.limits)
             except hooks.HookFailure as hf:
                 return hook_failure_report(LoweringReport(lowering.name, self.device, "pass"), hf, time.perf_counter())

@@ -3,6 +3,7 @@ wait for it and load it. Why and how: `parity.shared_compiles`, which selects it
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -14,8 +15,26 @@ LOG_ENV = "DFLASH_PARITY_COMPILE_LOG"  # a file: each compile and each wait appe
 WAIT_S = 600.0  # a waiter compiles itself after this: far past any compile in H200 runs 76-77 (6.1 s at most, 16 busy cores)
 _POLL_S = (0.005, 0.05)  # first and longest sleep between tries of a held lock
 
+_no_wait = False  # under `not_waiting()`: a kernel another process is compiling raises Busy instead of waiting
 _held_here: set[str] = set()  # lock files this process holds (a second miss on one must not wait for itself)
 compiled_here: list[str] = []  # the entries this process held the lock for and stored ("KEY/FILE"), in order
+
+
+class Busy(Exception):
+    """A kernel another process is compiling now, missed under `not_waiting()` (`parity.precompile`: do another
+    one meanwhile, load this one later)."""
+
+
+@contextlib.contextmanager
+def not_waiting():
+    """Within: a miss on a kernel that another process holds the lock for raises `Busy` (nothing is changed,
+    the compile can be asked for again) instead of waiting; a miss nobody holds is compiled here as usual."""
+    global _no_wait
+    before, _no_wait = _no_wait, True
+    try:
+        yield
+    finally:
+        _no_wait = before
 
 
 class SharedCompileCache(FileCacheManager):
@@ -31,7 +50,7 @@ class SharedCompileCache(FileCacheManager):
         self.waited = 0.0
 
     def get_group(self, filename: str):
-        return self._look(filename, super().get_group)
+        return self._look(filename, super().get_group, may_skip=True)
 
     def get_file(self, filename: str):
         return self._look(filename, super().get_file)
@@ -57,11 +76,11 @@ class SharedCompileCache(FileCacheManager):
     def __del__(self):
         self._release(None)
 
-    def _look(self, filename: str, look):
+    def _look(self, filename: str, look, may_skip: bool = False):
         found = look(filename)
         if found is not None or not self._shared or self._fd is not None or self._lock_path in _held_here:
             return found
-        fd = self._acquire()
+        fd = self._acquire(wait=not (may_skip and _no_wait))
         if fd is None:  # waited WAIT_S: compile here, as Triton would have
             _log("gave-up", self.key, filename, self.waited)
             return look(filename)
@@ -74,7 +93,7 @@ class SharedCompileCache(FileCacheManager):
         _held_here.add(self._lock_path)
         return None
 
-    def _acquire(self) -> int | None:
+    def _acquire(self, wait: bool = True) -> int | None:
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         start = time.monotonic()
         pause = _POLL_S[0]
@@ -84,7 +103,9 @@ class SharedCompileCache(FileCacheManager):
                 self.waited += time.monotonic() - start
                 return fd
             except BlockingIOError:
-                pass
+                if not wait:
+                    os.close(fd)
+                    raise Busy(self.key) from None
             if time.monotonic() - start >= WAIT_S:
                 self.waited += time.monotonic() - start
                 os.close(fd)

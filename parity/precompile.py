@@ -1,0 +1,198 @@
+"""The framework's own Triton kernels compiled before a check's first case, side by side across a run's processes.
+
+Every case runs the case builder's kernel (`oracle._values_kernel`) and the oracle's (`oracle._fast_kernel`). On a
+cold Triton cache each process of a run compiled their variants as its cases first needed them, one at a time,
+and a process that needed a variant another one was compiling waited for it (`parity.shared_compile_cache`):
+on the H200's cold run 8 (docs/gpu/2026-12-03-h200-session22.md run 77) 110 variants, 1.4 s each, were 19-54% of
+the time lines of the lowerings that compile nothing of their own.
+
+`precompile(limits, device)` goes over every variant a lowering's cases can launch under its limits, in the
+limits' dtypes, KV dtypes and head dims (those of the production rows it draws too): a tiny case each
+(`oracle.inputs.warm_build_cases`, `oracle.reference.triton_variant_cases`), built and, for the oracle's,
+attended. Each process starts at its own place in that list (`start`: the lowering's name and shard) and,
+under `SharedCompileCache.not_waiting`, compiles what no other process is compiling and leaves for later what
+one is; then it loads those. So N processes compile the variants N at a time. It changes no compiled code and
+no case: the same kernels, compiled earlier.
+
+Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
+named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
+run finds it and skips all this (one `stat`). A variant that fails to compile is reported, not raised: the
+cases that launch it fail with the error, where it belongs.
+
+Public: `precompile(limits, device, *, start="", say=None) -> Precompiled`, `precompile_for_check`, `variant_cases`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+_done: set[str] = set()  # markers this process found or wrote (a later lowering of the same limits: nothing to do)
+_SOURCES = ("oracle/_fast_kernel.py", "oracle/_fast.py", "oracle/_values_kernel.py", "oracle/_device_values.py",
+            "oracle/inputs.py")  # the kernels and their launchers: what their specializations follow
+
+
+@dataclass
+class Precompiled:
+    """What `precompile` did: `units` variants gone over, `compiled` of them compiled by this process (the rest
+    loaded: compiled by another process or an earlier run), `seconds`, `skipped` (why nothing was done: the
+    marker was there, not a GPU, ...) and `errors` ("case: ExceptionType: first line")."""
+
+    units: int = 0
+    compiled: int = 0
+    seconds: float = 0.0
+    skipped: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"the oracle's and the case builder's kernels: {self.skipped}"
+        text = (f"the oracle's and the case builder's kernels: {self.units} variants ready in {self.seconds:.1f} s "
+                f"({self.compiled} compiled here, the others loaded)")
+        if self.errors:
+            text += f"; {len(self.errors)} could not be compiled (their cases will say why): {self.errors[0]}"
+        return text
+
+
+def variant_cases(limits: Any) -> list[tuple[str, Any]]:
+    """`[("build" | "oracle", Case)]`: a tiny case per variant of the builder's and the oracle's kernels that cases
+    drawn under `limits` (a resolved `strategies.Limits`) launch, the production rows it draws included."""
+    from oracle.inputs import warm_build_cases
+    from oracle.reference import triton_variant_cases
+    from strategies import MODELS
+
+    rows = [m for m in MODELS if m.name in (limits.models or ())] if limits.max_production_context else []
+    head_dims = tuple(dict.fromkeys([*limits.head_dims, *(m.head_dim for m in rows)]))
+    max_block = max([limits.max_block, *(m.block_size for m in rows)])
+    max_group = max([limits.max_group, *(m.group for m in rows)])
+    build = [("build", c) for c in warm_build_cases() if c.dtype in limits.dtypes]
+    oracle = triton_variant_cases(head_dims, limits.dtypes, limits.kv_dtypes, max_block, max_group)
+    return build + [("oracle", c) for c in oracle]
+
+
+def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str], None] | None = None,
+               clock: Callable[[], float] = time.perf_counter) -> Precompiled:
+    """Compile (or load) every variant of `variant_cases(limits)` on `device` before the first case, starting at
+    the place `start` hashes to (see the module docstring). Nothing to do but on CUDA, compiled Triton."""
+    rep = Precompiled()
+    if not str(device).startswith("cuda"):
+        rep.skipped = "nothing to compile off the GPU"
+        return rep
+    units = variant_cases(limits)
+    marker = _marker(units, device)
+    if marker is not None and (str(marker) in _done or marker.exists()):
+        _done.add(str(marker))
+        rep.skipped = "every variant compiled already (an earlier run's marker)"
+        return rep
+    t0 = clock()
+    i = zlib.crc32(start.encode()) % len(units) if units else 0
+    order = units[i:] + units[:i]
+    rep.units = len(order)
+    before = _kernels_compiled_here()
+    later = _run_all(order, device, rep, skip_busy=True)
+    _run_all(later, device, rep, skip_busy=False)  # compiled meanwhile by the others: load them (or wait)
+    rep.compiled = _kernels_compiled_here() - before
+    rep.seconds = clock() - t0
+    if not rep.errors and marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"{len(order)} variants\n")
+            _done.add(str(marker))
+        except OSError:
+            pass  # a read-only cache: the next run goes over the variants again (loads only)
+    if say is not None:
+        say(rep.line())
+    return rep
+
+
+def precompile_for_check(limits: Any, device: str, start: str, say: Callable[[str], None],
+                         warn: Callable[[str], None]) -> Precompiled:
+    """`precompile` before a check's first case (`parity.session`): its line said, a variant that failed warned of."""
+    rep = precompile(limits, device, start=start)
+    if rep.errors:
+        warn(f"dflash-parity: warning: {rep.line()}")
+    elif rep.units:
+        say(f"  {rep.line()}")
+    return rep
+
+
+def _run_all(units: list[tuple[str, Any]], device: str, rep: Precompiled, *, skip_busy: bool) -> list[tuple[str, Any]]:
+    """Run each unit; those another process is compiling (`skip_busy`) are returned for later."""
+    from parity import shared_compile_cache as scc
+
+    later = []
+    for kind, case in units:
+        try:
+            with scc.not_waiting() if skip_busy else contextlib.nullcontext():
+                _run_unit(kind, case, device)
+        except scc.Busy:
+            later.append((kind, case))
+        except Exception as exc:  # reported; the cases that launch this variant fail with it
+            first = (str(exc).strip().splitlines() or ["(no message)"])[0]
+            rep.errors.append(f"{kind} {case.dtype}/{case.kv_dtype} D={case.head_dim} K={case.block_size} "
+                              f"G={case.group_size}: {type(exc).__name__}: {first}")
+    return later
+
+
+def _run_unit(kind: str, case: Any, device: str) -> None:
+    """Build `case` on `device` (the builder's kernel), and for an oracle unit attend it (the oracle's)."""
+    import torch
+
+    from oracle import attention, materialize
+
+    inputs = materialize(case, device)
+    if kind == "oracle":
+        attention(inputs, engine="triton")
+    torch.cuda.synchronize(torch.device(device))
+
+
+def _capability(device: str) -> str:
+    import torch
+
+    return str(torch.cuda.get_device_capability(torch.device(device)))
+
+
+def _kernels_compiled_here() -> int:
+    from parity import shared_compile_cache as scc
+
+    return sum(1 for e in scc.compiled_here if e.endswith(".json"))
+
+
+def _cache_dir() -> Path | None:
+    """Triton's cache folder (`TRITON_CACHE_DIR`, else its default), or None where it has none."""
+    try:
+        from triton import knobs
+
+        d = knobs.cache.dir
+    except Exception:  # an older triton
+        try:
+            from triton.runtime.cache import default_cache_dir
+
+            d = default_cache_dir()
+        except Exception:
+            return None
+    return Path(d) if d else None
+
+
+def _marker(units: list[tuple[str, Any]], device: str) -> Path | None:
+    """The marker's path: a digest of what the compiled variants depend on (see the module docstring)."""
+    import torch
+    import triton
+
+    cache = _cache_dir()
+    if cache is None:
+        return None
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for part in (triton.__version__, torch.__version__, str(torch.version.cuda), _capability(device)):
+        h.update(part.encode() + b"\0")
+    for rel in _SOURCES:
+        h.update((root / rel).read_bytes())
+    for kind, case in units:
+        h.update(f"{kind} {case.to_json(None)}\n".encode())
+    return cache / "dflash-parity" / f"precompiled-{h.hexdigest()[:32]}"

@@ -1,0 +1,254 @@
+"""`parity.precompile`: the oracle's and the case builder's Triton variants, compiled before a check's first case.
+
+- The variants it goes over cover every launch of the oracle's kernel that drawn cases make (the `gpu` profile's
+  limits, the production rows), and the check fails when they do not (a narrower list).
+- The oracle's kernel is one variant across the block's storage, the window-B mask and the page table's dtype
+  (they were constexprs and a pointer type: four to eight variants of each shape), and the check sees a
+  constexpr again.
+- The order: each process starts at its own place; a variant another process is compiling is left for later
+  (`SharedCompileCache.not_waiting` raises `Busy`), then loaded; a marker skips it all the next time; an error
+  is reported, never raised, and leaves no marker.
+- A `--jobs` child precompiles before its first case; a plain check does not.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import lowerings
+from oracle import materialize
+from parity import precompile as pc
+from strategies import MODELS, cases, limits_for
+
+PROD_OFF = dict(max_production_context=0, max_production_batch=2, models=())
+SETTINGS = settings(max_examples=60, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+class LaunchKeys:
+    """Stands in for the oracle's kernel: `kernel[grid](*args, **kw)` records what Triton compiles a variant for
+    (constexprs, pointer dtypes, the class of each specialized integer) and launches nothing."""
+
+    def __init__(self, kernel):
+        from oracle import _fast_kernel as fk
+
+        self.names, self.runtime, self.keys = kernel.arg_names, set(fk.RUNTIME_ARGS), set()
+
+    def __getitem__(self, grid):
+        import torch
+
+        def launch(*args, **kw):
+            key = []
+            for n, a in zip(self.names, args):
+                if isinstance(a, torch.Tensor):
+                    key.append((n, str(a.dtype)))
+                elif isinstance(a, int) and not isinstance(a, bool) and n not in self.runtime:
+                    key.append((n, "1" if a == 1 else "16" if a % 16 == 0 else "n"))
+            key += sorted((k, v) for k, v in kw.items() if k not in ("num_warps", "num_stages", "UPCAST"))
+            self.keys.add(tuple(key))
+        return launch
+
+
+@pytest.fixture
+def launch_keys(monkeypatch):
+    from oracle import _fast_kernel as fk
+
+    rec = LaunchKeys(fk.ORACLE_KERNEL)
+    monkeypatch.setattr(fk, "ORACLE_KERNEL", rec)
+    return rec
+
+
+def _keys_of(case_list, rec) -> set:
+    from oracle._fast import attention_triton
+
+    rec.keys = set()
+    for case in case_list:
+        fbk = 1 if case.seed % 2 else None  # the window-B mask on for some: a run-time switch
+        attention_triton(materialize(case, "cpu"), case.window, fbk, upcast=True)
+    return set(rec.keys)
+
+
+def _small(lim):
+    import dataclasses
+
+    return dataclasses.replace(lim, max_context=40, max_batch=3)  # the lengths and batch choose no variant
+
+
+def test_the_variants_cover_every_drawn_launch(launch_keys):
+    lim = limits_for(lowerings.get("context"), "cuda", profile="gpu", overrides=PROD_OFF)
+    drawn: list = []
+
+    @SETTINGS
+    @given(case=cases(limits=_small(lim)))
+    def collect(case):
+        drawn.append(case)
+
+    collect()
+    # The production rows' geometries (K, heads, D) at a short context: their variants, not their lengths.
+    from tests.oracle.oracle_cases import build_case
+
+    for m in MODELS:
+        for dtype, kv in (("bfloat16", "bfloat16"), ("float16", "float8_e4m3fn")):
+            drawn.append(build_case([5, 3], m.block_size, m.num_kv_heads, m.group, m.head_dim, m.page_size,
+                                    dtype=dtype, kv_dtype=kv))
+    seen = _keys_of(drawn, launch_keys)
+    assert len(seen) >= 12, len(seen)  # the draw reaches most of the variants: the comparison below means something
+    prod = limits_for(lowerings.get("context"), "cuda", profile="gpu")
+    assert prod.max_production_context and prod.models, "the gpu profile draws production rows on CUDA"
+    listed = _keys_of([c for kind, c in pc.variant_cases(prod) if kind == "oracle"], launch_keys)
+    assert seen <= listed, f"drawn launches no precompiled variant covers: {sorted(seen - listed)[:2]}"
+    assert len(listed) == len(pc.variant_cases(prod)) - len([1 for k, _ in pc.variant_cases(prod) if k == "build"])
+    # The check can fail: a list built for GQA groups of 1 misses the drawn row blocks of 32 and 64.
+    from oracle.reference import triton_variant_cases
+
+    narrow = _keys_of(triton_variant_cases(prod.head_dims, prod.dtypes, prod.kv_dtypes, prod.max_block, 1),
+                      launch_keys)
+    assert not seen <= narrow
+
+
+def test_one_oracle_variant_across_storage_window_b_and_table_dtype(launch_keys):
+    import dataclasses
+
+    from tests.oracle.oracle_cases import build_case
+
+    base = build_case([7, 2], 3, 2, 4, 64, 16)
+    variants = [dataclasses.replace(base, block_storage=s, page_table_dtype=t) for s in ("dense", "appended")
+                for t in ("int32", "int64")]
+    assert len({c.block_storage for c in variants}) == 2
+    keys = _keys_of(variants + [dataclasses.replace(v, seed=v.seed | 1) for v in variants], launch_keys)
+    assert len(keys) == 1, keys
+    # The check can fail: a switch passed as a constexpr again is a second key.
+    from oracle import _fast
+
+    real = _fast.attention_triton
+    rec = launch_keys
+
+    class WithConstexpr:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                return rec[grid](*args, **kw, APPENDED=args[rec.names.index("appended")])
+            return launch
+
+    from oracle import _fast_kernel as fk
+
+    fk.ORACLE_KERNEL = WithConstexpr()
+    try:
+        assert len(_keys_of(variants, rec)) == 2
+    finally:
+        fk.ORACLE_KERNEL = rec
+    assert real is _fast.attention_triton
+
+
+# -- the order, the deferral, the marker ----------------------------------------------------------------------
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    """`precompile` on "cuda" with the units faked: `runs` records them; a unit named in `busy` raises Busy the
+    first time, one in `broken` raises an error."""
+    from parity import shared_compile_cache as scc
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(pc, "_capability", lambda device: "(9, 0)")
+    monkeypatch.setattr(pc, "_done", set())
+    state = {"runs": [], "busy": set(), "broken": set()}
+
+    def run_unit(kind, case, device):
+        key = (kind, case.to_json(None))
+        state["runs"].append(key)
+        if key in state["busy"]:
+            state["busy"].discard(key)
+            raise scc.Busy("KEY")
+        if key in state["broken"]:
+            raise RuntimeError("ptxas died\nmore")
+
+    monkeypatch.setattr(pc, "_run_unit", run_unit)
+    return state
+
+
+def _limits():
+    return limits_for(lowerings.get("context"), "cuda", profile="gpu", overrides=PROD_OFF)
+
+
+def test_busy_variants_come_last_and_the_marker_skips_the_next_run(fake_gpu, tmp_path):
+    lim = _limits()
+    units = [(k, c.to_json(None)) for k, c in pc.variant_cases(lim)]
+    fake_gpu["busy"] = {units[1], units[5]}
+    rep = pc.precompile(lim, "cuda", start="context None")
+    runs = fake_gpu["runs"]
+    assert sorted(set(runs)) == sorted(set(units)) and len(runs) == len(units) + 2
+    assert runs[-2:] == [u for u in runs[:-2] if u in (units[1], units[5])]  # left for later, then loaded
+    assert rep.units == len(units) and not rep.errors and rep.skipped is None
+    assert list((tmp_path / "cache" / "dflash-parity").iterdir())
+    fake_gpu["runs"].clear()
+    pc._done.clear()  # a new process: the marker on disk is what it finds
+    again = pc.precompile(lim, "cuda", start="sdpa None")
+    assert fake_gpu["runs"] == [] and "already" in again.skipped
+
+
+def test_each_process_starts_at_its_own_place(fake_gpu):
+    lim = _limits()
+    firsts = set()
+    for start in ("context None", "sdpa None", "decode_rows None", "hybrid_paged None", "windowed_merge[eager] None"):
+        fake_gpu["runs"].clear()
+        pc._done.clear()
+        pc.precompile(lim, "cuda", start=start, clock=time.perf_counter)
+        firsts.add(fake_gpu["runs"][0])
+        for marker in pc._cache_dir().joinpath("dflash-parity").iterdir():
+            marker.unlink()
+    assert len(firsts) >= 3
+
+
+def test_an_error_is_reported_and_leaves_no_marker(fake_gpu, tmp_path):
+    lim = _limits()
+    bad = [(k, c.to_json(None)) for k, c in pc.variant_cases(lim) if k == "oracle"][3]
+    fake_gpu["broken"] = {bad}
+    rep = pc.precompile(lim, "cuda")
+    assert len(rep.errors) == 1 and "RuntimeError: ptxas died" in rep.errors[0] and "more" not in rep.errors[0]
+    assert "could not be compiled" in rep.line()
+    assert not (tmp_path / "cache" / "dflash-parity").exists()
+
+
+def test_nothing_to_do_off_the_gpu(fake_gpu):
+    rep = pc.precompile(_limits(), "cpu")
+    assert fake_gpu["runs"] == [] and rep.skipped
+
+
+def test_not_waiting_raises_busy_on_a_held_kernel_only(tmp_path, monkeypatch):
+    from parity import shared_compile_cache as scc
+    from tests.parity.test_shared_compiles import _holder
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    holder = _holder(tmp_path, "store", 1.5)
+    try:
+        with scc.not_waiting():
+            t = time.monotonic()
+            with pytest.raises(scc.Busy):
+                scc.SharedCompileCache("KEY").get_group("k.json")
+            assert time.monotonic() - t < 0.5  # no wait
+            free = scc.SharedCompileCache("OTHER")
+            assert free.get_group("k.json") is None and free._fd is not None  # nobody holds it: compiled here
+            free._release(None)
+        got = scc.SharedCompileCache("KEY").get_group("k.json")  # outside: waits for the holder, then loads
+        assert got is not None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- who precompiles ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("part", [True, False])
+def test_a_jobs_child_precompiles_before_its_first_case(part, monkeypatch):
+    from parity import session
+    from parity.config import CheckConfig
+
+    calls = []
+    monkeypatch.setattr(pc, "precompile", lambda limits, device, start="", **kw: calls.append((device, start))
+                        or pc.Precompiled(skipped="test"))
+    cfg = CheckConfig(lowerings=("context",), max_examples=2, isolate=False, hardening=(), quiet=True)
+    sess = session.CheckSession(cfg, part=session.Part("context") if part else None)
+    sess.check(lowerings.get("context"), max_examples=2)
+    assert calls == ([(sess.device, "context None")] if part else [])
