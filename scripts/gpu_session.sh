@@ -25,7 +25,7 @@ mkdir -p /tmp/jit
 for pack in .fib/jit_cache*.tar.xz; do [ -f "$pack" ] && tar -C /tmp -xJf "$pack" && echo "installed $pack"; done
 touch /tmp/site/.dflash-installed
 fi
-export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/jit/triton TORCHINDUCTOR_CACHE_DIR=/tmp/jit/inductor
+export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/jit/triton} TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/jit/inductor}
 # The image sets PYTHONDONTWRITEBYTECODE=1 and its torch has no bytecode: every process compiled torch again (the
 # prefork's imports 7.8 s; 2.8-3.2 s from this cache, docs/gpu/2026-12-03-h200-session20.md run 69). Opted in here.
 export DFLASH_PARITY_PYCACHE=${DFLASH_PARITY_PYCACHE:-/tmp/dflash-pycache}
