@@ -373,9 +373,12 @@ def search(prop: Callable[[], None], *, enabled: bool, draw: Callable[[Callable[
     try:
         if not finished:
             resume(judged, last)
-    except BaseException:
+    except BaseException as err:
         if drawer is not None:
-            drawer.stop()
+            if shared is not None and isinstance(err, Exception):
+                drawer.wait()  # this shard's failure, raised after its shrink: the other shards still read the drawer
+            else:
+                drawer.stop()
         raise
     if drawer is not None:
         drawer.wait()

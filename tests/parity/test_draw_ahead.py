@@ -10,6 +10,7 @@ error, a draw that diverges, and the drawer reaped.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -32,13 +33,15 @@ class _DrawerStopped(BaseException):
     """What ends a drawer's search with an error in the toy (as a hook failure in `supports()` would)."""
 
 
-def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after=None, shared=None):
+def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after=None, shared=None, drawer_delay=0.0):
     """A derandomized hypothesis search over `_Case` ints through `draw_ahead.search`, as `check_lowering`
     wires it; returns the judged calls, what `resume` was given and the exception the search ended with."""
     judged_calls: list[tuple[str, int]] = []
     state = {"run_case": None, "resumed": None, "in_drawer": False, "drawn": 0}
 
     def drawn(x: int) -> _Case:
+        if state["in_drawer"] and drawer_delay:
+            time.sleep(drawer_delay)  # a slow drawer: still drawing when the judge's search ends
         if state["in_drawer"] and drawer_error_after is not None:
             state["drawn"] += 1
             if state["drawn"] > drawer_error_after:
@@ -250,7 +253,9 @@ def test_a_shard_that_fails_leaves_the_shared_drawer_to_the_others(tmp_path):
     draws = _first_draws(30)
     path = tmp_path / "toy.draws-of-2"
     alone_failing, _, _ = _toy_search(enabled=False, fail_at=draws[5])
-    first, resumed, _ = _toy_search(shared=path, fail_at=draws[5])  # the owner fails at the 6th case
+    # The owner fails at the 6th case, and its shrink ends (raising the failure) while the drawer still draws: the
+    # drawer must be left to finish (a full suite under load once saw it killed there, and the other shard resume).
+    first, resumed, _ = _toy_search(shared=path, fail_at=draws[5], drawer_delay=0.03)
     assert first == alone_failing and resumed[0] == draws[:5]
     second, resumed2, _ = _toy_search(shared=path)  # the drawer drew on: the other shard gets every case
     assert second == _toy_search(enabled=False)[0] and resumed2 is None
