@@ -2,17 +2,19 @@
 
 Every case runs the case builder's kernel (`oracle._values_kernel`) and the oracle's (`oracle._fast_kernel`). On a
 cold Triton cache each process of a run compiled their variants as its cases first needed them, one at a time,
-and a process that needed a variant another one was compiling waited for it (`parity.shared_compile_cache`):
-on the H200's cold run 8 (docs/gpu/2026-12-03-h200-session22.md run 77) 110 variants, 1.4 s each, were 19-54% of
-the time lines of the lowerings that compile nothing of their own.
+and a process that needed a variant another one was compiling waited for it (`parity.shared_compile_cache`): on
+the H200's cold run 8 (docs/gpu/2026-12-03-h200-session22.md run 77) the oracle and build phases, these compiles
+and the waits for them, were 27-81% of the time lines of the lowerings that built no flashinfer module.
 
 `precompile(limits, device)` goes over every variant a lowering's cases can launch under its limits, in the
 limits' dtypes, KV dtypes and head dims (those of the production rows it draws too): a tiny case each
 (`oracle.inputs.warm_build_cases`, `oracle.reference.triton_variant_cases`), built and, for the oracle's,
 attended. Each process starts at its own place in that list (`start`: the lowering's name and shard) and,
 under `SharedCompileCache.not_waiting`, compiles what no other process is compiling and leaves for later what
-one is; then it loads those. So N processes compile the variants N at a time. It changes no compiled code and
-no case: the same kernels, compiled earlier.
+one is, going over what is left until nothing is (`_run_pending`). So N processes compile the variants N at a
+time. It changes no compiled code and no case: the same kernels, compiled earlier. H200 run 79 (run 8's command,
+cold): 34 compiles (24 oracle, 10 builder variants), each once; every child's precompile took 15.4-16.2 s, a
+convoy since fixed (`_run_pending`; not yet measured on the GPU).
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+POLL_S = (0.02, 0.2)  # the first and longest pause when every variant left is being compiled by another process
 _done: set[str] = set()  # markers this process found or wrote (a later lowering of the same limits: nothing to do)
 _SOURCES = ("oracle/_fast_kernel.py", "oracle/_fast.py", "oracle/_values_kernel.py", "oracle/_device_values.py",
             "oracle/inputs.py")  # the kernels and their launchers: what their specializations follow
@@ -76,7 +79,8 @@ def variant_cases(limits: Any) -> list[tuple[str, Any]]:
 
 
 def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str], None] | None = None,
-               clock: Callable[[], float] = time.perf_counter) -> Precompiled:
+               clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
+               ) -> Precompiled:
     """Compile (or load) every variant of `variant_cases(limits)` on `device` before the first case, starting at
     the place `start` hashes to (see the module docstring). Nothing to do but on CUDA, compiled Triton."""
     rep = Precompiled()
@@ -94,8 +98,7 @@ def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str]
     order = units[i:] + units[:i]
     rep.units = len(order)
     before = _kernels_compiled_here()
-    later = _run_all(order, device, rep, skip_busy=True)
-    _run_all(later, device, rep, skip_busy=False)  # compiled meanwhile by the others: load them (or wait)
+    _run_pending(order, device, rep, clock, sleep)
     rep.compiled = _kernels_compiled_here() - before
     rep.seconds = clock() - t0
     if not rep.errors and marker is not None:
@@ -119,6 +122,32 @@ def precompile_for_check(limits: Any, device: str, start: str, say: Callable[[st
     elif rep.units:
         say(f"  {rep.line()}")
     return rep
+
+
+def _run_pending(units: list[tuple[str, Any]], device: str, rep: Precompiled, clock: Callable[[], float],
+                 sleep: Callable[[float], None]) -> None:
+    """Go over `units` again and again, each time running those no other process is compiling, until none is
+    left: a process never waits while there is a variant it can compile. Waiting on the held one instead (the
+    first way, H200 run 79) made the processes trail one another: the one ahead took each next variant first, and
+    one process compiled 13 entries in a row while 15 waited (every precompile took 15.4-16.2 s for 34 compiles of
+    1.2 s). Where every unit left is held, a pause (`POLL_S`, doubling); after `WAIT_S` with no progress, the
+    units are run waiting for their holders (the shared cache's own give-up then applies)."""
+    from parity import shared_compile_cache as scc
+
+    pause, stuck_since = POLL_S[0], None
+    while units:
+        later = _run_all(units, device, rep, skip_busy=True)
+        if len(later) < len(units):
+            pause, stuck_since = POLL_S[0], None
+        elif stuck_since is None:
+            stuck_since = clock()
+        elif clock() - stuck_since >= scc.WAIT_S:
+            _run_all(later, device, rep, skip_busy=False)
+            return
+        if later and len(later) == len(units):
+            sleep(pause)
+            pause = min(2 * pause, POLL_S[1])
+        units = later
 
 
 def _run_all(units: list[tuple[str, Any]], device: str, rep: Precompiled, *, skip_busy: bool) -> list[tuple[str, Any]]:

@@ -47,6 +47,7 @@ class SharedCompileCache(FileCacheManager):
         self._lock_path = os.path.join(self.cache_dir, LOCK_NAME) if self._shared else None
         self._fd: int | None = None
         self._entry: str | None = None  # the file whose miss this manager holds the lock for
+        self._group = False
         self.waited = 0.0
 
     def get_group(self, filename: str):
@@ -65,13 +66,17 @@ class SharedCompileCache(FileCacheManager):
             self._release(filename, stored)
 
     def put(self, data, filename, binary=True):
+        # A kernel's compile puts its metadata file under the group's own name before `put_group`: the lock of a
+        # group miss is kept until the group is stored (released here, a reader found no group yet and compiled
+        # again: 1-2 of 34 in scripts/bench_precompile_schedule.py).
         stored = False
         try:
             path = super().put(data, filename, binary)
             stored = True
             return path
         finally:
-            self._release(filename, stored)
+            if not self._group:
+                self._release(filename, stored)
 
     def __del__(self):
         self._release(None)
@@ -80,6 +85,7 @@ class SharedCompileCache(FileCacheManager):
         found = look(filename)
         if found is not None or not self._shared or self._fd is not None or self._lock_path in _held_here:
             return found
+        self._group = may_skip  # a kernel's group (released by put_group), else one file (released by its put)
         fd = self._acquire(wait=not (may_skip and _no_wait))
         if fd is None:  # waited WAIT_S: compile here, as Triton would have
             _log("gave-up", self.key, filename, self.waited)

@@ -15,5 +15,5 @@ from parity.shared_compile_cache import SharedCompileCache
 class UnsharedCompileCache(SharedCompileCache):
     """Never waits: the lock file is opened, never locked, so every miss compiles here."""
 
-    def _acquire(self) -> int:
+    def _acquire(self, wait: bool = True) -> int:
         return os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)

@@ -158,8 +158,14 @@ def fake_gpu(tmp_path, monkeypatch):
     def run_unit(kind, case, device):
         key = (kind, case.to_json(None))
         state["runs"].append(key)
-        if key in state["busy"]:
-            state["busy"].discard(key)
+        if key in state["busy"]:  # busy once, or (a dict) that many times
+            left = state["busy"][key] - 1 if isinstance(state["busy"], dict) else 0
+            if left > 0:
+                state["busy"][key] = left
+            else:
+                state["busy"].pop(key) if isinstance(state["busy"], dict) else state["busy"].discard(key)
+            if not scc._no_wait:
+                raise AssertionError("waited for a held kernel")  # only the WAIT_S fallback may
             raise scc.Busy("KEY")
         if key in state["broken"]:
             raise RuntimeError("ptxas died\nmore")
@@ -186,6 +192,47 @@ def test_busy_variants_come_last_and_the_marker_skips_the_next_run(fake_gpu, tmp
     pc._done.clear()  # a new process: the marker on disk is what it finds
     again = pc.precompile(lim, "cuda", start="sdpa None")
     assert fake_gpu["runs"] == [] and "already" in again.skipped
+
+
+def test_a_process_compiles_what_is_free_before_it_pauses_and_never_blocks(fake_gpu):
+    """Held for four rounds: every other variant is run meanwhile, then the pause doubles while only held ones
+    are left (run 79's convoy: waiting on the held one let the process ahead take each next variant first)."""
+    lim = _limits()
+    units = [(k, c.to_json(None)) for k, c in pc.variant_cases(lim)]
+    fake_gpu["busy"] = {units[0]: 4, units[7]: 1}
+    sleeps = []
+    rep = pc.precompile(lim, "cuda", start="context None", sleep=sleeps.append)
+    runs = fake_gpu["runs"]
+    assert set(runs) == set(units) and not rep.errors
+    first_round = runs[:len(units)]
+    assert sorted(first_round) == sorted(units)  # one pass over all before any retry
+    retries = runs[len(units):]
+    assert sorted(retries[:2]) == sorted([units[0], units[7]]) and retries[2:] == [units[0]] * 3
+    assert sleeps == [pc.POLL_S[0], 2 * pc.POLL_S[0]]  # paused only where the held one alone was left
+
+
+def test_no_progress_for_wait_s_falls_back_to_waiting(fake_gpu, monkeypatch):
+    from parity import shared_compile_cache as scc
+
+    lim = _limits()
+    units = [(k, c.to_json(None)) for k, c in pc.variant_cases(lim)]
+    held = units[2]
+    fake_gpu["busy"] = {held: 10**6}
+    now = [0.0]
+    monkeypatch.setattr(scc, "WAIT_S", 1.0)
+
+    def sleep(s):
+        now[0] += s
+        if now[0] > 50:
+            raise AssertionError("never fell back")
+
+    seen = []
+    real = pc._run_all
+    monkeypatch.setattr(pc, "_run_all", lambda u, d, r, *, skip_busy: seen.append(skip_busy) or
+                        (fake_gpu["busy"].clear() if not skip_busy else None) or real(u, d, r, skip_busy=skip_busy))
+    rep = pc.precompile(lim, "cuda", clock=lambda: now[0], sleep=sleep)
+    assert seen[-1] is False and seen.count(False) == 1 and 1.0 <= now[0] < 3.0
+    assert fake_gpu["runs"][-1] == held and not rep.errors
 
 
 def test_each_process_starts_at_its_own_place(fake_gpu):
