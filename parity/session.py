@@ -281,7 +281,7 @@ class CheckSession:
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 plan = check_cases(lowering, self.device, profile=cfg.profile, overrides=self.overrides, **(fixed or {}))
                 warm = cfg.warm_up if warm is None else warm
-                if warm or self.part is not None:  # a --jobs child: its siblings compile the variants beside it
+                if warm or self.part is not None or self.workers > 1:  # --jobs, xdist: siblings compile beside it
                     from parity.precompile import precompile_for_check
                     precompile_for_check(plan.limits, self.device, f"{lowering.name} {shard}",
                                          (lambda line: None) if cfg.quiet else self.say, self.warn)

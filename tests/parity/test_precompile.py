@@ -287,8 +287,10 @@ def test_not_waiting_raises_busy_on_a_held_kernel_only(tmp_path, monkeypatch):
 
 # -- who precompiles ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("part", [True, False])
-def test_a_jobs_child_precompiles_before_its_first_case(part, monkeypatch):
+@pytest.mark.parametrize("part,workers", [(True, 1), (False, 1), (False, 3)])
+def test_a_jobs_child_precompiles_before_its_first_case(part, workers, monkeypatch):
+    """A `--jobs` child, or a pytest-xdist worker beside others (the plugin's sessions), precompiles; a lone check
+    compiles as its cases need (it has no sibling to share the compiles with, and may draw few cases)."""
     from parity import session
     from parity.config import CheckConfig
 
@@ -296,6 +298,7 @@ def test_a_jobs_child_precompiles_before_its_first_case(part, monkeypatch):
     monkeypatch.setattr(pc, "precompile", lambda limits, device, start="", **kw: calls.append((device, start))
                         or pc.Precompiled(skipped="test"))
     cfg = CheckConfig(lowerings=("context",), max_examples=2, isolate=False, hardening=(), quiet=True)
-    sess = session.CheckSession(cfg, part=session.Part("context") if part else None)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    sess = session.CheckSession(cfg, part=session.Part("context") if part else None, workers=workers)
     sess.check(lowerings.get("context"), max_examples=2)
-    assert calls == ([(sess.device, "context None")] if part else [])
+    assert calls == ([(sess.device, "context None")] if part or workers > 1 else [])
