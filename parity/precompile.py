@@ -11,17 +11,18 @@ limits' dtypes, KV dtypes and head dims (those of the production rows it draws t
 (`oracle.inputs.warm_build_cases`, `oracle.reference.triton_variant_cases`), built and, for the oracle's,
 attended. Each process starts at its own place in that list (`start`: the lowering's name and shard) and,
 under `SharedCompileCache.not_waiting`, compiles what no other process is compiling and leaves for later what
-one is, going over what is left until nothing is (`_run_pending`). So N processes compile the variants N at a
+one is, going over what is left until nothing is (`run_pending`). So N processes compile the variants N at a
 time. It changes no compiled code and no case: the same kernels, compiled earlier. H200 run 79 (run 8's command,
 cold): 34 compiles (24 oracle, 10 builder variants), each once; every child's precompile took 15.4-16.2 s, a
-convoy since fixed (`_run_pending`; not yet measured on the GPU).
+convoy since fixed (`run_pending`; not yet measured on the GPU).
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
 run finds it and skips all this (one `stat`). A variant that fails to compile is reported, not raised: the
 cases that launch it fail with the error, where it belongs.
 
-Public: `precompile(limits, device, *, start="", say=None) -> Precompiled`, `precompile_for_check`, `variant_cases`.
+Public: `precompile(limits, device, *, start="", say=None) -> Precompiled`, `precompile_for_check`, `variant_cases`,
+`run_pending`.
 """
 
 from __future__ import annotations
@@ -87,8 +88,21 @@ def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str]
     if not str(device).startswith("cuda"):
         rep.skipped = "nothing to compile off the GPU"
         return rep
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        rep.skipped = "triton is not installed (the oracle runs its torch engine)"
+        return rep
+    import torch
+
+    if not torch.cuda.is_available():
+        rep.skipped = "no CUDA device here (the cases will say so)"
+        return rep
     units = variant_cases(limits)
-    marker = _marker(units, device)
+    try:
+        marker = _marker(units, device)
+    except Exception:  # noqa: BLE001  (no marker: the variants are gone over, loads only where compiled)
+        marker = None
     if marker is not None and (str(marker) in _done or marker.exists()):
         _done.add(str(marker))
         rep.skipped = "every variant compiled already (an earlier run's marker)"
@@ -98,7 +112,7 @@ def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str]
     order = units[i:] + units[:i]
     rep.units = len(order)
     before = _kernels_compiled_here()
-    _run_pending(order, device, rep, clock, sleep)
+    rep.errors = run_pending(order, lambda kind, case: _run_unit(kind, case, device), clock=clock, sleep=sleep)
     rep.compiled = _kernels_compiled_here() - before
     rep.seconds = clock() - t0
     if not rep.errors and marker is not None:
@@ -116,7 +130,11 @@ def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str]
 def precompile_for_check(limits: Any, device: str, start: str, say: Callable[[str], None],
                          warn: Callable[[str], None]) -> Precompiled:
     """`precompile` before a check's first case (`parity.session`): its line said, a variant that failed warned of."""
-    rep = precompile(limits, device, start=start)
+    try:
+        rep = precompile(limits, device, start=start)
+    except Exception as exc:  # noqa: BLE001  (a helper of speed only: the check goes on, its cases compile)
+        warn(f"dflash-parity: warning: could not precompile the oracle's kernels: {type(exc).__name__}: {exc}")
+        return Precompiled(skipped=f"failed: {type(exc).__name__}")
     if rep.errors:
         warn(f"dflash-parity: warning: {rep.line()}")
     elif rep.units:
@@ -124,33 +142,39 @@ def precompile_for_check(limits: Any, device: str, start: str, say: Callable[[st
     return rep
 
 
-def _run_pending(units: list[tuple[str, Any]], device: str, rep: Precompiled, clock: Callable[[], float],
-                 sleep: Callable[[float], None]) -> None:
-    """Go over `units` again and again, each time running those no other process is compiling, until none is
-    left: a process never waits while there is a variant it can compile. Waiting on the held one instead (the
-    first way, H200 run 79) made the processes trail one another: the one ahead took each next variant first, and
-    one process compiled 13 entries in a row while 15 waited (every precompile took 15.4-16.2 s for 34 compiles of
-    1.2 s). Where every unit left is held, a pause (`POLL_S`, doubling); after `WAIT_S` with no progress, the
-    units are run waiting for their holders (the shared cache's own give-up then applies)."""
+def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], None], *,
+                clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Run `run_unit(kind, case)` for each of `units` under `SharedCompileCache.not_waiting`, going over those that
+    raised `Busy` (another process compiles one of their kernels) again and again until none is left: a process
+    never waits while there is a variant it can compile. Returns the errors ("kind dtype/kv D= K= G=: Type: line").
+
+    Waiting on the held one instead (the first way, H200 run 79) made the processes trail one another: the one
+    ahead took each next variant first; one process compiled 13 entries, six none, and every precompile took
+    15.4-16.2 s for 34 compiles of about 1.2 s. Where every unit left is held, a pause (`POLL_S`, doubling); after
+    `WAIT_S` with no progress, they are run waiting for their holders (the shared cache's own give-up then applies).
+    Public for `scripts/bench_precompile_schedule.py` and for a precompile of one's own kernels."""
     from parity import shared_compile_cache as scc
 
+    errors: list[str] = []
     pause, stuck_since = POLL_S[0], None
     while units:
-        later = _run_all(units, device, rep, skip_busy=True)
+        later = _run_all(units, run_unit, errors, skip_busy=True)
         if len(later) < len(units):
             pause, stuck_since = POLL_S[0], None
         elif stuck_since is None:
             stuck_since = clock()
         elif clock() - stuck_since >= scc.WAIT_S:
-            _run_all(later, device, rep, skip_busy=False)
-            return
+            _run_all(later, run_unit, errors, skip_busy=False)
+            break
         if later and len(later) == len(units):
             sleep(pause)
             pause = min(2 * pause, POLL_S[1])
         units = later
+    return errors
 
 
-def _run_all(units: list[tuple[str, Any]], device: str, rep: Precompiled, *, skip_busy: bool) -> list[tuple[str, Any]]:
+def _run_all(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], None], errors: list[str], *,
+             skip_busy: bool) -> list[tuple[str, Any]]:
     """Run each unit; those another process is compiling (`skip_busy`) are returned for later."""
     from parity import shared_compile_cache as scc
 
@@ -158,13 +182,13 @@ def _run_all(units: list[tuple[str, Any]], device: str, rep: Precompiled, *, ski
     for kind, case in units:
         try:
             with scc.not_waiting() if skip_busy else contextlib.nullcontext():
-                _run_unit(kind, case, device)
+                run_unit(kind, case)
         except scc.Busy:
             later.append((kind, case))
         except Exception as exc:  # reported; the cases that launch this variant fail with it
             first = (str(exc).strip().splitlines() or ["(no message)"])[0]
-            rep.errors.append(f"{kind} {case.dtype}/{case.kv_dtype} D={case.head_dim} K={case.block_size} "
-                              f"G={case.group_size}: {type(exc).__name__}: {first}")
+            errors.append(f"{kind} {case.dtype}/{case.kv_dtype} D={case.head_dim} K={case.block_size} "
+                          f"G={case.group_size}: {type(exc).__name__}: {first}")
     return later
 
 

@@ -5,7 +5,7 @@ processes start together at the places run 79's children started (their lowering
 
 - `wait`: one pass that leaves held variants for later, then a pass that waits for each (H200 run 79: every
   precompile took 15.4-16.2 s, one process compiled 13 entries in a row while the others waited);
-- `poll`: passes that skip held variants until none is left (`_run_pending`, this tree).
+- `poll`: passes that skip held variants until none is left (`parity.precompile.run_pending`, this tree).
 
 Prints each schedule's makespan (the slowest process) and how many variants each process compiled.
 `python3 scripts/bench_precompile_schedule.py [--procs 16] [--compile-s 0.3]`"""
@@ -50,23 +50,28 @@ def _child(schedule: str, start: str, compile_s: float, barrier, out) -> None:
             m.put_group("k.json", {"k.json": m.put("{}", "k.json")})
             compiled.append(key)
 
-    def run_unit(kind, case, device):
+    def run_unit(kind, case):
         cache_step(f"build-{case.dtype}-{case.kv_dtype}-{case.values if kind == 'build' else 'plain'}")
         if kind == "oracle":
             cache_step(f"oracle-{zlib.crc32(case.to_json(None).encode())}")
 
-    pc._run_unit = run_unit
     i = zlib.crc32(start.encode()) % len(units)
     order = units[i:] + units[:i]
-    rep = pc.Precompiled()
     barrier.wait()
     t0 = time.monotonic()
     if schedule == "poll":
-        pc._run_pending(order, "cuda", rep, time.monotonic, time.sleep)
-    else:
-        later = pc._run_all(order, "cuda", rep, skip_busy=True)
-        pc._run_all(later, "cuda", rep, skip_busy=False)
-    out.put((start, len(compiled), time.monotonic() - t0, len(rep.errors)))
+        errors = pc.run_pending(order, run_unit, clock=time.monotonic)
+    else:  # run 79's tree: one pass leaving held variants for later, one pass waiting for each
+        errors, later = [], []
+        for kind, case in order:
+            try:
+                with scc.not_waiting():
+                    run_unit(kind, case)
+            except scc.Busy:
+                later.append((kind, case))
+        for kind, case in later:
+            run_unit(kind, case)
+    out.put((start, len(compiled), time.monotonic() - t0, len(errors)))
 
 
 def run(schedule: str, procs: int, compile_s: float) -> None:

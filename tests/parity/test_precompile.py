@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -146,6 +147,10 @@ def test_one_oracle_variant_across_storage_window_b_and_table_dtype(launch_keys)
 
 @pytest.fixture
 def fake_gpu(tmp_path, monkeypatch):
+    import torch
+
+    _limits()  # before CUDA is faked: the limits ask the device's memory where there is one
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     """`precompile` on "cuda" with the units faked: `runs` records them; a unit named in `busy` raises Busy the
     first time, one in `broken` raises an error."""
     from parity import shared_compile_cache as scc
@@ -174,6 +179,7 @@ def fake_gpu(tmp_path, monkeypatch):
     return state
 
 
+@functools.lru_cache(maxsize=None)
 def _limits():
     return limits_for(lowerings.get("context"), "cuda", profile="gpu", overrides=PROD_OFF)
 
@@ -228,8 +234,8 @@ def test_no_progress_for_wait_s_falls_back_to_waiting(fake_gpu, monkeypatch):
 
     seen = []
     real = pc._run_all
-    monkeypatch.setattr(pc, "_run_all", lambda u, d, r, *, skip_busy: seen.append(skip_busy) or
-                        (fake_gpu["busy"].clear() if not skip_busy else None) or real(u, d, r, skip_busy=skip_busy))
+    monkeypatch.setattr(pc, "_run_all", lambda u, run, errors, *, skip_busy: seen.append(skip_busy) or
+                        (fake_gpu["busy"].clear() if not skip_busy else None) or real(u, run, errors, skip_busy=skip_busy))
     rep = pc.precompile(lim, "cuda", clock=lambda: now[0], sleep=sleep)
     assert seen[-1] is False and seen.count(False) == 1 and 1.0 <= now[0] < 3.0
     assert fake_gpu["runs"][-1] == held and not rep.errors
@@ -258,9 +264,24 @@ def test_an_error_is_reported_and_leaves_no_marker(fake_gpu, tmp_path):
     assert not (tmp_path / "cache" / "dflash-parity").exists()
 
 
-def test_nothing_to_do_off_the_gpu(fake_gpu):
+def test_nothing_to_do_off_the_gpu(fake_gpu, monkeypatch):
+    import torch
+
     rep = pc.precompile(_limits(), "cpu")
     assert fake_gpu["runs"] == [] and rep.skipped
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # `--device cuda` where there is none
+    rep = pc.precompile(_limits(), "cuda")
+    assert fake_gpu["runs"] == [] and "no CUDA device" in rep.skipped
+
+
+def test_a_precompile_that_raises_never_stops_the_check(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(pc, "precompile", boom)
+    warned, said = [], []
+    rep = pc.precompile_for_check(_limits(), "cuda", "x", said.append, warned.append)
+    assert rep.skipped and said == [] and "RuntimeError: driver gone" in warned[0]
 
 
 def test_not_waiting_raises_busy_on_a_held_kernel_only(tmp_path, monkeypatch):
