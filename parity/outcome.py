@@ -37,12 +37,13 @@ INVALID = "invalid"  # a case whose oracle is not finite: bad input (`parity.cas
 SKIPPED = "skipped"  # a case another shard runs (`parity.sweep.sharded_run_case`); never reported
 FAMILY_KEYS = "compile_family_counts"  # a part entry's {family: compilations}; merged away
 
-PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait")
+PHASES = ("build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait", "precompile")
 """Where a case's time goes (wall clock; asynchronous GPU work lands in the phase that waits for it,
 usually the judge's first read of a result): building its tensors, the oracle, the yardstick, the
 lowering's call, the comparisons and call/input checks, the hardening re-runs, the profiler's start and stop
 around a judged call whose GPU kernel names are read (and the check of the names), and a large case's wait for room on a GPU other processes share
-(`parity.memory.device_lease`)."""
+(`parity.memory.device_lease`). And, once per lowering before its first case, the framework's kernels compiled
+(`parity.precompile`: the compiles its cases would otherwise pay, so counted in its time and rate)."""
 
 
 # ---- JSON of figures ----------------------------------------------------------------------------------

@@ -53,6 +53,14 @@ class Precompiled:
     skipped: str | None = None
     errors: list[str] = field(default_factory=list)
 
+    def charge(self, report: Any) -> Any:
+        """Count these seconds in the lowering's `report` (a `LoweringReport`): its `precompile` phase and its wall,
+        so that its cases per second include the compiles its cases no longer pay (returns the report)."""
+        if self.seconds > 0:
+            report.phases["precompile"] = report.phases.get("precompile", 0.0) + self.seconds
+            report.seconds += self.seconds
+        return report
+
     def line(self) -> str:
         if self.skipped:
             return f"the oracle's and the case builder's kernels: {self.skipped}"

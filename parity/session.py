@@ -280,11 +280,11 @@ class CheckSession:
         with hooks.timeout_set(cfg.hook_timeout):
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 plan = check_cases(lowering, self.device, profile=cfg.profile, overrides=self.overrides, **(fixed or {}))
-                warm = cfg.warm_up if warm is None else warm
+                warm, pre = cfg.warm_up if warm is None else warm, None
                 if warm or self.part is not None or self.workers > 1:  # --jobs, xdist: siblings compile beside it
                     from parity.precompile import precompile_for_check
-                    precompile_for_check(plan.limits, self.device, f"{lowering.name} {shard}",
-                                         (lambda line: None) if cfg.quiet else self.say, self.warn)
+                    pre = precompile_for_check(plan.limits, self.device, f"{lowering.name} {shard}",
+                                               (lambda line: None) if cfg.quiet else self.say, self.warn)
                 if warm:
                     warm_up_lowering(lowering, self.device, None if cfg.quiet else self.say, plan.limits)
             except hooks.HookFailure as hf:
@@ -294,13 +294,14 @@ class CheckSession:
                     "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"])
             executor = self.executor(work_dir, isolate=isolate, case_timeout=case_timeout)
             try:
-                return check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
+                rep = check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
                                       settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
                                       yardstick=_yardstick(), replay=replay, progress=progress,
                                       target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
                                       shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
                                       draw_ahead=cfg.draw_ahead_mode(self.workers),
                                       shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
+                return pre.charge(rep) if pre is not None else rep
             finally:
                 if executor is not None and executor is not self._executor:
                     executor.close()

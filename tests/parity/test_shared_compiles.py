@@ -1,9 +1,9 @@
 """`parity.shared_compiles`: processes that miss the same Triton kernel compile it once between them.
 
 The first test compiles a real kernel for an SM90 target in three processes at once (Triton compiles without a
-GPU; only running a kernel needs one) and counts the compiles: one with the shared cache, two or three (as the
-processes get the two cores) with a mutant that does not lock (`scripts/unshared_compile_cache.py`, run 76's A
-side). The others drive the cache's lock directly: a waiter gets the entry its owner stored, a dead owner or a
+GPU; only running a kernel needs one) and counts the compiles: one with the shared cache, three with a mutant that
+does not lock (`scripts/unshared_compile_cache.py`, run 76's A side). No process stores the kernel before each has
+missed it once (a probe around the manager), so a loaded machine cannot hide the mutant (it once counted 1). The others drive the cache's lock directly: a waiter gets the entry its owner stored, a dead owner or a
 dropped manager frees the lock, a waiter gives up after `WAIT_S`, a process never waits for itself.
 """
 
@@ -32,7 +32,29 @@ _COMPILER = textwrap.dedent('''
     from parity import shared_compile_cache as scc
 
     if sys.argv[2] == "mutant":  # run 76's A side: never waits, so every process that misses compiles
-        os.environ["TRITON_CACHE_MANAGER"] = "unshared_compile_cache:UnsharedCompileCache"
+        from unshared_compile_cache import UnsharedCompileCache as Base
+    else:
+        Base = scc.SharedCompileCache
+    from triton.runtime.cache import FileCacheManager
+
+    ready, n = sys.argv[1], int(sys.argv[3])
+
+    class Probe(Base):
+        """No process stores the kernel before every process has missed it once (a loaded machine could
+        otherwise let one finish before another looks, and a lock-free mutant would count one compile)."""
+
+        def get_group(self, filename):
+            if FileCacheManager.get_group(self, filename) is None:
+                open(os.path.join(ready, f"missed-{os.getpid()}"), "w").close()
+            return super().get_group(filename)
+
+        def put_group(self, filename, group):
+            t = time.monotonic()
+            while sum(x.startswith("missed-") for x in os.listdir(ready)) < n and time.monotonic() - t < 60:
+                time.sleep(0.005)
+            return super().put_group(filename, group)
+
+    os.environ["TRITON_CACHE_MANAGER"] = "__main__:Probe"
 
     @triton.jit
     def copy(x, y, n, B: tl.constexpr):
@@ -40,9 +62,8 @@ _COMPILER = textwrap.dedent('''
         tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
 
     src = ASTSource(copy, signature={"x": "*fp32", "y": "*fp32", "n": "i32", "B": "constexpr"}, constexprs={"B": 64})
-    ready = sys.argv[1]  # a barrier: all three miss together
-    open(os.path.join(ready, str(os.getpid())), "w").close()
-    while len(os.listdir(ready)) < int(sys.argv[3]):
+    open(os.path.join(ready, str(os.getpid())), "w").close()  # a barrier: all three start together
+    while sum(not x.startswith("missed-") for x in os.listdir(ready)) < n:
         time.sleep(0.001)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
     print(json.dumps({"compiled": [e for e in scc.compiled_here if e.endswith(".json")], "cubin": len(kernel.asm["cubin"])}))
@@ -75,7 +96,7 @@ def test_three_processes_compile_a_kernel_once(tmp_path):
     assert sum(len(r["compiled"]) for r in shared) == 1, shared
     assert all(r["cubin"] > 0 for r in shared)
     unlocked = _compile_side_by_side(tmp_path / "mutant", "mutant")
-    assert sum(len(r["compiled"]) for r in unlocked) >= 2, unlocked  # the count can tell (3 where none starves)
+    assert sum(len(r["compiled"]) for r in unlocked) == 3, unlocked  # each missed before any stored: each compiles
 
 
 # -- the lock, driven directly ------------------------------------------------------------------------------
