@@ -1,6 +1,9 @@
-"""Fixtures shared by the test directories (requested by name; the one autouse fixture shares the cores)."""
+"""Fixtures shared by the test directories (requested by name; the autouse fixtures share the cores and give the
+checks the tests start a default SIGINT)."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 import torch
@@ -19,6 +22,20 @@ def torch_threads_share_the_cores():
     torch.set_num_threads(default_threads(xdist_worker_count()))
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sigint_as_a_terminal_gives_it():
+    """The suite run as a background job of a script (SIGINT ignored, inherited by every check a test starts)
+    made each check say so first on stderr, and 26 tests that read its first line failed (a fresh clone's suite
+    started with `... &`). The tests of that note set the disposition themselves; the others get Python's
+    default, as from a terminal or a CI step."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture
