@@ -19,6 +19,11 @@ mkdir -p /tmp/site && tar -C /tmp/site -xJf .fib/fi_strip.tar.xz \
 python3 -m compileall -q -j 0 /tmp/site "$PWD/oracle" "$PWD/parity" "$PWD/lowerings" "$PWD/strategies" > /dev/null 2>&1 || true
 export PYTHONPATH=/tmp/site:$PWD
 for pack in .fib/fi_aot*.tar.xz; do [ -f "$pack" ] && python3 .fib/flashinfer_aot.py install "$pack"; done
+# A pack brought back in parts (the device tool returns files of at most 16 MiB: `split -b 15m`), joined first.
+for first in .fib/fi_aot*.tar.xz.part-aa; do
+  [ -f "$first" ] || continue
+  joined=/tmp/$(basename "${first%.part-aa}"); cat "${first%aa}"?? > "$joined" && python3 .fib/flashinfer_aot.py install "$joined"
+done
 # Triton's and inductor's caches in one place: .fib/jit_cache*.tar.xz (a PACK_JIT=1 run's $OUT/jit_cache.tar.xz,
 # carried back) restores what an earlier machine compiled, so "warm JIT" survives a fresh machine.
 mkdir -p /tmp/jit
