@@ -21,8 +21,8 @@ named by a digest of triton, torch, the GPU, the kernels' and launchers' sources
 run finds it and skips all this (one `stat`). A variant that fails to compile is reported, not raised: the
 cases that launch it fail with the error, where it belongs.
 
-Public: `precompile(limits, device, *, start="", say=None) -> Precompiled`, `precompile_for_check`, `variant_cases`,
-`run_pending`.
+Public: `precompile(limits, device, *, start="") -> Precompiled` (`Precompiled.line()` says what it did),
+`precompile_for_check`, `variant_cases`, `run_pending`.
 """
 
 from __future__ import annotations
@@ -87,9 +87,8 @@ def variant_cases(limits: Any) -> list[tuple[str, Any]]:
     return build + [("oracle", c) for c in oracle]
 
 
-def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str], None] | None = None,
-               clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
-               ) -> Precompiled:
+def precompile(limits: Any, device: str, *, start: str = "", clock: Callable[[], float] = time.perf_counter,
+               sleep: Callable[[float], None] = time.sleep) -> Precompiled:
     """Compile (or load) every variant of `variant_cases(limits)` on `device` before the first case, starting at
     the place `start` hashes to (see the module docstring). Nothing to do but on CUDA, compiled Triton."""
     rep = Precompiled()
@@ -130,8 +129,6 @@ def precompile(limits: Any, device: str, *, start: str = "", say: Callable[[str]
             _done.add(str(marker))
         except OSError:
             pass  # a read-only cache: the next run goes over the variants again (loads only)
-    if say is not None:
-        say(rep.line())
     return rep
 
 

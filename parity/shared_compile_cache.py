@@ -51,7 +51,7 @@ class SharedCompileCache(FileCacheManager):
         self.waited = 0.0
 
     def get_group(self, filename: str):
-        return self._look(filename, super().get_group, may_skip=True)
+        return self._look(filename, super().get_group, group=True)
 
     def get_file(self, filename: str):
         return self._look(filename, super().get_file)
@@ -68,7 +68,7 @@ class SharedCompileCache(FileCacheManager):
     def put(self, data, filename, binary=True):
         # A kernel's compile puts its metadata file under the group's own name before `put_group`: the lock of a
         # group miss is kept until the group is stored (released here, a reader found no group yet and compiled
-        # again: 1-2 of 34 in scripts/bench_precompile_schedule.py).
+        # again: 33-34 compiles of 32 in scripts/bench_precompile_schedule.py, docs/lab/precompile-schedule.md).
         stored = False
         try:
             path = super().put(data, filename, binary)
@@ -81,12 +81,12 @@ class SharedCompileCache(FileCacheManager):
     def __del__(self):
         self._release(None)
 
-    def _look(self, filename: str, look, may_skip: bool = False):
+    def _look(self, filename: str, look, group: bool = False):
         found = look(filename)
         if found is not None or not self._shared or self._fd is not None or self._lock_path in _held_here:
             return found
-        self._group = may_skip  # a kernel's group (released by put_group), else one file (released by its put)
-        fd = self._acquire(wait=not (may_skip and _no_wait))
+        self._group = group  # a kernel's group (released by put_group; may raise Busy), else one file (by its put)
+        fd = self._acquire(wait=not (group and _no_wait))
         if fd is None:  # waited WAIT_S: compile here, as Triton would have
             _log("gave-up", self.key, filename, self.waited)
             return look(filename)

@@ -67,6 +67,7 @@ def _keys_of(case_list, rec) -> set:
 
     rec.keys = set()
     for case in case_list:
+        rec.case = case  # what a mutant launcher may read
         fbk = 1 if case.seed % 2 else None  # the window-B mask on for some: a run-time switch
         attention_triton(materialize(case, "cpu"), case.window, fbk, upcast=True)
     return set(rec.keys)
@@ -110,9 +111,12 @@ def test_the_variants_cover_every_drawn_launch(launch_keys):
     assert not seen <= narrow
 
 
-def test_one_oracle_variant_across_storage_window_b_and_table_dtype(launch_keys):
+def test_one_oracle_variant_across_storage_window_b_and_table_dtype(launch_keys, monkeypatch):
     import dataclasses
 
+    import torch
+
+    from oracle import _fast_kernel as fk
     from tests.oracle.oracle_cases import build_case
 
     base = build_case([7, 2], 3, 2, 4, 64, 16)
@@ -121,26 +125,27 @@ def test_one_oracle_variant_across_storage_window_b_and_table_dtype(launch_keys)
     assert len({c.block_storage for c in variants}) == 2
     keys = _keys_of(variants + [dataclasses.replace(v, seed=v.seed | 1) for v in variants], launch_keys)
     assert len(keys) == 1, keys
-    # The check can fail: a switch passed as a constexpr again is a second key.
-    from oracle import _fast
+    # The check can fail: a switch passed as a constexpr again, or the int64 table passed as it is, is a second key.
+    rec, pt = launch_keys, launch_keys.names.index("PT")
 
-    real = _fast.attention_triton
-    rec = launch_keys
+    class Mutant:
+        def __init__(self, change):
+            self.change = change
 
-    class WithConstexpr:
         def __getitem__(self, grid):
-            def launch(*args, **kw):
-                return rec[grid](*args, **kw, APPENDED=args[rec.names.index("appended")])
-            return launch
+            return lambda *args, **kw: rec[grid](*self.change(list(args), kw), **kw)
 
-    from oracle import _fast_kernel as fk
+    def constexpr_again(args, kw):
+        kw["APPENDED"] = args[rec.names.index("appended")]
+        return args
 
-    fk.ORACLE_KERNEL = WithConstexpr()
-    try:
-        assert len(_keys_of(variants, rec)) == 2
-    finally:
-        fk.ORACLE_KERNEL = rec
-    assert real is _fast.attention_triton
+    def table_as_drawn(args, kw):
+        args[pt] = args[pt].to(getattr(torch, rec.case.page_table_dtype))  # the case's own table, unconverted
+        return args
+
+    for change in (constexpr_again, table_as_drawn):
+        monkeypatch.setattr(fk, "ORACLE_KERNEL", Mutant(change))
+        assert len(_keys_of(variants, rec)) == 2, change.__name__
 
 
 # -- the order, the deferral, the marker ----------------------------------------------------------------------
