@@ -1,6 +1,7 @@
 """The production decompositions of docs/semantics.md section 4, in torch, on any device.
 
-- `sdpa`: torch SDPA in the working dtype over each request's gathered pages: the yardstick.
+- `sdpa`: torch SDPA in the working dtype over each request's gathered pages (the yardstick until session 24;
+  now what `tests/parity/test_yardstick.py` measures the default yardstick against).
 - `context`: one batched non-causal paged-prefill call, K queries per request over `L+K` keys.
 - `decode_rows`: `B*K` single-query decode rows over repeated page tables, `seq_len = L+K`; the context
   form above the dispatch threshold (B > 32).
@@ -72,7 +73,7 @@ def _append_calls(case: Case) -> dict[str, int]:
 
 
 class Sdpa(TorchLoweringBase):
-    """torch SDPA in the working dtype over gathered pages, requests batched (the yardstick)."""
+    """torch SDPA in the working dtype over gathered pages, requests batched (a yardstick: `parity.yardstick`)."""
 
     name = "sdpa"
     lse_base = BASE_E

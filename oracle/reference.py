@@ -14,6 +14,7 @@ imports nothing from `lowerings/`.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -123,7 +124,7 @@ ENGINES = ("auto", "torch", "triton")
 
 def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
               future_block_keys_right: int | None = None, precision: torch.dtype = torch.float32,
-              chunk: int = DEFAULT_CHUNK, engine: str = "auto") -> OracleResult:
+              chunk: int = DEFAULT_CHUNK, engine: str = "auto", kv_rounded: bool = False) -> OracleResult:
     """Oracle attention of a case: `O [B, K, Hq, D]` and natural-log `LSE [B, K, Hq]` in `precision`.
 
     `window` overrides the case's `(left, right)` (e.g. `(W-1, 0)` for part A of a windowed merge);
@@ -135,8 +136,14 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     key mask); `"triton"` is one fp32-exact Triton kernel (`oracle/_fast.py`: exact products, fp32
     sums, no TF32) for fp32 without an explicit `key_mask`, compiled on a GPU or interpreted on a CPU;
     `"auto"` (default) takes the Triton engine on CUDA where it applies, else torch.
+
+    `kv_rounded`: read an fp8 pool's keys and values as the working dtype holds them, dequantized (`stored *
+    scale`, in fp32) and rounded to the case's dtype, as a working-dtype computation over dequantized pages
+    does (`working_dtype_output`); no change for a K/V cache in the working dtype.
     """
     check_inputs(inputs)
+    if not isinstance(kv_rounded, bool):
+        raise InvalidInput("kv_rounded", f"True or False, got {kv_rounded!r}")
     if precision not in (torch.float32, torch.float64):
         raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
     if not isinstance(chunk, int) or chunk < 1:
@@ -167,7 +174,7 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         from oracle._fast import attention_triton
 
         with _exact_fp32_matmul():
-            out, lse = attention_triton(inputs, window, fbk)
+            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded)
         return OracleResult(out=out, lse=lse)
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
@@ -189,7 +196,7 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     with _exact_fp32_matmul():
         for t0 in range(0, T, chunk):
             t1 = min(T, t0 + chunk)
-            k, v, valid = _gather_chunk(inputs, t0, t1, lens, precision)
+            k, v, valid = _gather_chunk(inputs, t0, t1, lens, precision, kv_rounded)
             vis = _visible_chunk(c, window, t0, t1, lens) & valid.unsqueeze(1)  # [B, K, C]
             vis = vis.view(B, 1, 1, K, t1 - t0)
             if key_mask is not None:
@@ -215,6 +222,47 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     return OracleResult(out=out, lse=lse)
 
 
+E4M3_MAX = 448.0  # the largest float8_e4m3fn magnitude
+E4M3_SPACING = 2.0 ** -9  # every float8_e4m3fn value is a multiple of its smallest subnormal
+
+
+def fp8_dequantizes_exactly(scale: float, dtype: str) -> bool:
+    """Whether every e4m3 value times `scale` is a `dtype` value: `scale` a power of two whose products stay
+    inside `dtype`'s range (at most its max, multiples of its smallest subnormal). Then rounding a dequantized
+    pool to the working dtype changes no value (e4m3 has 4 significant bits, bf16 8, fp16 11)."""
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0) or math.frexp(scale)[0] != 0.5:
+        return False
+    fi = torch.finfo(torch_dtype(dtype))
+    return E4M3_MAX * scale <= fi.max and E4M3_SPACING * scale >= fi.smallest_normal * fi.eps
+
+
+def kv_read_exactly(case: Case) -> bool:
+    """Whether the working dtype holds the pool's dequantized values exactly: a pool in the working dtype, or fp8
+    with both scales dequantizing exactly (`fp8_dequantizes_exactly`). Then `kv_rounded` changes nothing."""
+    if case.kv_dtype == case.dtype:
+        return True
+    return all(fp8_dequantizes_exactly(s, case.dtype) for s in (case.k_scale, case.v_scale))
+
+
+def working_dtype_output(inputs: Inputs, oracle_out: torch.Tensor | None = None) -> torch.Tensor:
+    """What the working dtype alone costs: `[B, K, Hq, D]` in the case's dtype, the fp32 attention over the values
+    a working-dtype computation reads (q and the block as given, an fp8 pool dequantized and rounded to the
+    working dtype: `kv_rounded`), rounded once to the working dtype. It is what torch SDPA computes for a
+    working-dtype call over the gathered pages (its math backend upcasts q, k and v to fp32, attends in fp32 and
+    rounds the output), up to the order of its fp32 sums: the judge's yardstick (`parity.yardstick`).
+
+    `oracle_out`: the case's own fp32 oracle output (`attention(inputs).out`); where the pool is in the working
+    dtype, or fp8 with scales that dequantize exactly into it (`kv_read_exactly`), it is that very attention,
+    rounded as is (no second pass)."""
+    c = inputs.case
+    if oracle_out is not None and kv_read_exactly(c):
+        if tuple(oracle_out.shape) != tuple(inputs.q.shape) or oracle_out.dtype != torch.float32:
+            raise InvalidInput("oracle_out", f"the case's fp32 oracle output of shape {tuple(inputs.q.shape)}, "
+                               f"got {oracle_out.dtype} {tuple(oracle_out.shape)}")
+        return oracle_out.to(inputs.q.dtype)
+    return attention(inputs, kv_rounded=True).out.to(inputs.q.dtype)
+
+
 def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
                          max_block: int, max_group: int) -> list[Case]:
     """Tiny cases that, run with `engine="triton"`, compile every variant of the Triton engine's kernel that cases
@@ -236,9 +284,11 @@ def _triton_engine_ready(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 
-def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype):
+def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype,
+                  kv_rounded: bool = False):
     """Keys/values of absolute positions `t0..t1-1` for every request: `k, v [B, C, Hkv, D]` in
-    `precision` (zero where invalid) and `valid [B, C]` (`t < L_b + K`)."""
+    `precision` (zero where invalid) and `valid [B, C]` (`t < L_b + K`); `kv_rounded`: an fp8 pool's values
+    dequantized in fp32 and rounded to the working dtype (`attention`)."""
     c = inputs.case
     B, K, ps = c.batch_size, c.block_size, c.page_size
     dev = inputs.q.device
@@ -255,6 +305,8 @@ def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precisio
 
     def read_pool(pool: torch.Tensor, kv_scale: float) -> torch.Tensor:
         x = pool[pid, slot] if c.layout == "NHD" else pool[pid, :, slot]  # [B, C, Hkv, D] either way
+        if pool.dtype == fp8 and kv_rounded:
+            return (x.to(torch.float32) * kv_scale).to(inputs.q.dtype).to(precision)
         x = x.to(precision)
         return x * kv_scale if pool.dtype == fp8 else x
 

@@ -1,6 +1,6 @@
 """One case through one lowering, judged: `run_case`.
 
-materialize -> oracle -> yardstick -> lowering (counted, inputs snapshotted; on CUDA, one case in
+materialize -> oracle -> yardstick (`parity.yardstick`) -> lowering (counted, inputs snapshotted; on CUDA, one case in
 `--kernel-names-every` profiled around this very call) -> bounds chosen from what ran (`tolerance_for`) -> LSE
 converted at the adapter boundary -> judged (output, LSE, each partial, kernel calls, untouched inputs, output
 buffers) -> hardening (the other canary, determinism, request isolation: `parity.hardening`) -> the profiled
@@ -27,6 +27,7 @@ from parity.hardening import KernelNames, output_buffer_failures, rerun_failures
 from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.judge import Comparison, compare
 from parity.policy import Policy, Tolerance, ToleranceSource
+from parity.yardstick import RoundedOracle
 from parity.outcome import INVALID, PHASES, CaseOutcome  # noqa: F401  (PHASES: re-exported)
 
 phase_barrier: Callable[[], None] | None = None
@@ -61,12 +62,19 @@ class _Phase:
             phase_observer(self.outcome, self.name, dt)
 
 
-def run_yardstick(yardstick: Lowering, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome):
+def run_yardstick(yardstick, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome,
+                  oracle_out: torch.Tensor | None = None):
     """The yardstick's output `[B, K, Hq, D]`, or None, with the reason in `outcome.skipped`, when its working
-    set does not fit. A yardstick that declares `reads_inputs_only` (`sdpa`: checked as a lowering, its
-    untouched-input check passes) runs on the inputs themselves; any other on a copy of them, or on the
-    inputs when a copy does not fit."""
+    set does not fit. The default (`parity.yardstick.RoundedOracle`) rounds `oracle_out`, the case's oracle
+    output, or attends once more over an fp8 pool's rounded values. A lowering as the yardstick: one that
+    declares `reads_inputs_only` (`sdpa`: checked as a lowering, its untouched-input check passes) runs on the
+    inputs themselves; any other on a copy of them, or on the inputs when a copy does not fit."""
     case = inputs.case
+    if isinstance(yardstick, RoundedOracle):
+        if not memory.fits(outcome, memory.YARDSTICK, case, opts, footprint.rounded_oracle_bytes(case),
+                           "the working-dtype yardstick's working set"):
+            return None
+        return yardstick.output(inputs, oracle_out)
     need = footprint.yardstick_bytes(case)
     if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
         return None
@@ -140,7 +148,7 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     yard_out = None
     if opts.yardstick and yardstick is not None:
         with _Phase(outcome, "yardstick"):
-            yard_out = run_yardstick(yardstick, inputs, opts, outcome)
+            yard_out = run_yardstick(yardstick, inputs, opts, outcome, ref.out)
     profiled = kernel_names_read(lowering, case, opts)
     with _Phase(outcome, "build"):
         # `before`: the inputs as given, for the untouched-input check, and the pristine source of every later

@@ -422,11 +422,13 @@ def cmd_repro(args) -> int:
         raise InvalidInput("--lowering", f"{path} names no lowering; pass --lowering NAME")
     lws = [lowerings.get(name) for name in names]
     opts = RunOptions(device=device)
-    yard = lowerings.get("sdpa")
+    from parity import yardstick
+
+    yard = yardstick.get(yardstick.DEFAULT)
     executor = None
     if not args.no_isolate:
         from parity.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor
-        executor = IsolatedExecutor(plugins=args.plugins, tolerances=args.tolerances, opts=opts, yardstick="sdpa",
+        executor = IsolatedExecutor(plugins=args.plugins, tolerances=args.tolerances, opts=opts, yardstick=yardstick.DEFAULT,
                                     case_timeout=args.case_timeout or DEFAULT_CASE_TIMEOUT)
     run = run_case if executor is None else executor_run_case(executor)
     worst = EXIT_OK

@@ -1,7 +1,7 @@
 """How much memory a case takes on its device, estimated from its spec (no tensor is built).
 
 `run_case` holds the case's input tensors (`input_bytes`: q, both pools, the dense block, the page
-table, the guarded output buffers) several times over: the inputs (which the `sdpa` yardstick reads in
+table, the guarded output buffers) several times over: the inputs (which the yardstick reads in
 place), the snapshot the untouched-input check compares against, the other-canary inputs of the
 determinism re-run (and a third and fourth set when two runs differ), the isolation run's perturbed
 inputs. On top of them: the
@@ -89,6 +89,17 @@ def yardstick_bytes(case: Shape) -> int:
     return gathered + per_group
 
 
+def rounded_oracle_bytes(case: Shape) -> int:
+    """The default yardstick's working set (`parity.yardstick.RoundedOracle`): its output in the working dtype,
+    and for an fp8 pool the oracle's second pass (`oracle_bytes`, its fp32 output and LSE)."""
+    c = case
+    rows = c.batch_size * c.block_size * c.num_q_heads
+    out = rows * c.head_dim * _SIZE[c.dtype]
+    if c.kv_dtype == c.dtype:
+        return out
+    return out + oracle_bytes(c) + rows * (c.head_dim + 1) * 4
+
+
 def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
     """The most `run_case` held at once for `case` (see the module docstring); `profiled`: its kernel names
     are read, which until session 17 kept a pristine copy of the inputs for a separate profiled run (now the
@@ -115,6 +126,8 @@ def lease_bytes(case: Shape, *, hardening: bool = True) -> int:
 
 
 def _with_sets(case: Shape, sets: int) -> int:
+    # `yardstick_bytes` (the `sdpa` yardstick's, at least the default's `rounded_oracle_bytes`): the estimate the
+    # strategies draw under, kept so that the drawn cases stay the same.
     return (sets + LOWERING_COPIES) * input_bytes(case) + oracle_bytes(case) + yardstick_bytes(case)
 
 

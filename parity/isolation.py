@@ -47,6 +47,7 @@ from parity import hooks
 from parity.hooks import HookFailure
 from parity.invocation import RunOptions
 from parity.outcome import CaseOutcome
+from parity.yardstick import DEFAULT as DEFAULT_YARDSTICK, get as get_yardstick
 
 DEFAULT_CASE_TIMEOUT = 120.0
 STARTUP_TIMEOUT = 300.0  # importing torch (and, on a GPU, initializing CUDA) on a loaded machine
@@ -122,7 +123,7 @@ class IsolatedExecutor:
 
     - `plugins`: plugin files the worker loads (the same `--plugin` files as the parent);
     - `tolerances`: the tolerance file (None: the packaged one);
-    - `opts`: the `RunOptions` of every case; `yardstick`: the yardstick lowering's name (or None);
+    - `opts`: the `RunOptions` of every case; `yardstick`: the yardstick's name (`parity.yardstick.get`; None: none);
     - `case_timeout`: seconds a case may take, from sending it to the answer, before the worker is killed;
     - `inflight_dir`: where the case in flight is written (None: nowhere);
     - `num_threads`: torch's intra-op threads in the worker (default: the parent's);
@@ -131,7 +132,7 @@ class IsolatedExecutor:
     """
 
     def __init__(self, *, plugins: list[str] = (), tolerances: str | None = None, opts: RunOptions = RunOptions(),
-                 yardstick: str | None = "sdpa", case_timeout: float = DEFAULT_CASE_TIMEOUT,
+                 yardstick: str | None = DEFAULT_YARDSTICK, case_timeout: float = DEFAULT_CASE_TIMEOUT,
                  inflight_dir: str | Path | None = None, num_threads: int | None = None,
                  startup_timeout: float = STARTUP_TIMEOUT, hook_timeout: float | None = None):
         import torch
@@ -517,7 +518,7 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         opts = RunOptions.from_dict(init["opts"])
         if opts.device == "cuda" and init.get("cuda_device") is not None:
             torch.cuda.set_device(int(init["cuda_device"]))
-        yard = lowerings.get(init["yardstick"]) if init.get("yardstick") else None
+        yard = get_yardstick(init["yardstick"]) if init.get("yardstick") else None
     except BaseException as err:  # noqa: BLE001  (reported to the parent, which raises it)
         conn.send({"error": f"worker start-up failed: {type(err).__name__}: {err}"})
         return

@@ -75,7 +75,7 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
     """Judge `out [B, K, Hq, D]` and natural-log `lse_nat [B, K, Hq]` against the oracle's fp32 values.
 
     Criteria (docs/semantics.md 5): max abs error in ulps of `max |O_ref|`; relative L2; the yardstick rule
-    when `yardstick_out` (torch SDPA in the working dtype) is given; LSE abs error in natural-log units;
+    when `yardstick_out` (the case attended in the working dtype: `parity.yardstick`) is given; LSE abs error in natural-log units;
     NaN/Inf where the oracle is finite always fails. `bound_from` (tolerance key -> "from [entry]: reason",
     `ToleranceSource.citations()`) is quoted next to each bound a failure names.
     """

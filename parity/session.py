@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from parity import yardstick
 from parity.config import CheckConfig, xdist_worker_count
 
 Shard = tuple[int, int]
@@ -227,7 +228,7 @@ class CheckSession:
             self._executor.inflight_dir = inflight
             return self._executor
         ex = IsolatedExecutor(plugins=list(cfg.plugins), tolerances=cfg.tolerances, opts=self.run_options(),
-                              yardstick="sdpa", case_timeout=timeout, inflight_dir=inflight,
+                              yardstick=yardstick.DEFAULT, case_timeout=timeout, inflight_dir=inflight,
                               hook_timeout=cfg.hook_timeout)
         if self._executor is None:
             self._executor = ex
@@ -506,9 +507,7 @@ def _default_case_timeout() -> float:
 
 
 def _yardstick():
-    import lowerings
-
-    return lowerings.get("sdpa")
+    return yardstick.get(yardstick.DEFAULT)
 
 
 def warm_up_lowering(lowering, device: str, say: Callable[[str], None] | None, limits=None) -> None:

@@ -29,7 +29,7 @@ ON_GPU = torch.cuda.is_available()
 gpu = pytest.mark.parity_gpu
 
 
-def _score_bound(inputs) -> float:
+def score_bound(inputs) -> float:
     """max(1, S / 8): test_agreement's fp32 error growth with the largest |score| S."""
     q = inputs.q.float()
     kmax = max(inputs.k_block.float().abs().max().item(), 1.0) * max(1.0, inputs.case.k_scale)
@@ -67,7 +67,7 @@ def test_triton_engine_matches_torch_engine(case, data):
         out, lse = attention_triton(inputs, kw.get("window", case.window), kw.get("future_block_keys_right"),
                                     splits=splits)
         got = type(ref)(out=out, lse=lse)
-        assert_close(got, ref, _score_bound(inputs), f"{case.short()} {kw} splits={splits}")
+        assert_close(got, ref, score_bound(inputs), f"{case.short()} {kw} splits={splits}")
 
 
 def test_auto_engine_choice(monkeypatch):
@@ -133,7 +133,7 @@ def test_compiled_engine_is_fp32_exact_against_fp64(dtype, kv_dtype, layout, sto
         ref = attention(inputs, engine="torch", precision=torch.float64)
         fp32 = attention(inputs, engine="torch")
         fast = attention(inputs, engine="triton")
-        bound = _score_bound(inputs)
+        bound = score_bound(inputs)
         assert_close(fp32, ref, bound, f"torch fp32 {case.short()}")
         assert_close(fast, ref, bound, f"triton {case.short()}")
 
@@ -155,7 +155,7 @@ def test_agreement_check_catches_a_seeded_engine_bug(bug):
         inputs.page_table[1, 4], inputs.page_table[1, 5] = inputs.page_table[1, 5].clone(), inputs.page_table[1, 4].clone()
         out, lse = attention_triton(inputs, case.window, None)
     with pytest.raises(AssertionError):
-        assert_close(type(ref)(out=out, lse=lse), ref, _score_bound(inputs), bug)
+        assert_close(type(ref)(out=out, lse=lse), ref, score_bound(inputs), bug)
 
 
 @gpu
@@ -186,3 +186,33 @@ def test_compiled_engine_compiles_once_across_case_shapes():
     assert triton_compiled_variants(fk._oracle_kernel) == before, (
         f"the oracle kernel compiled {triton_compiled_variants(fk._oracle_kernel) - before} more variant(s) "
         f"over {len(shapes) - 1} case shapes of one family")
+
+
+@pytest.mark.parametrize("k_scale,v_scale", [(0.37, 1.3), (3.0, 0.1)])
+@pytest.mark.parametrize("dtype,layout,storage", [("bfloat16", "NHD", "dense"), ("float16", "HND", "appended")])
+def test_kv_rounded_engines_agree(k_scale, v_scale, dtype, layout, storage):
+    """`kv_rounded` (an fp8 pool read as the working dtype holds it): the Triton engine's `KV_ROUNDED` variant agrees
+    with the torch engine's, and differs from the plain read at scales that do not dequantize exactly (the switch is
+    not a no-op)."""
+    case = build_case((0, 37, 70), 5, 2, 3, 64, 4, layout=layout, block_storage=storage, dtype=dtype,
+                      kv_dtype="float8_e4m3fn", k_scale=k_scale, v_scale=v_scale, window=(9, 2))
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    ref = attention(inputs, engine="torch", precision=torch.float64, kv_rounded=True)
+    plain = attention(inputs, engine="torch", precision=torch.float64)
+    for splits in (1, 3):
+        out, lse = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True)
+        assert_close(type(ref)(out=out, lse=lse), ref, score_bound(inputs), f"{case.short()} splits={splits}")
+    moved = (plain.out - ref.out).abs().max().item() / ref.out.abs().max().item()
+    assert moved > 100 * REL, f"rounding the dequantized pool moved the output by only {moved:.2e} of max|O|"
+
+
+@pytest.mark.parametrize("engine", ["torch", "triton"])
+def test_kv_rounded_changes_nothing_where_the_scales_are_exact(engine):
+    """Power-of-two scales dequantize e4m3 exactly into the working dtype: `kv_rounded` gives the same bits (what
+    lets the yardstick reuse the oracle's output there: `oracle.reference.working_dtype_output`)."""
+    case = build_case((5, 40), 3, 2, 2, 64, 16, dtype="bfloat16", kv_dtype="float8_e4m3fn", k_scale=0.25,
+                      v_scale=4.0)
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    a = attention(inputs, engine=engine)
+    b = attention(inputs, engine=engine, kv_rounded=True)
+    assert torch.equal(a.out, b.out) and torch.equal(a.lse, b.lse)
