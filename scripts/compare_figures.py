@@ -1,5 +1,5 @@
 """Compare the per-lowering figures of check reports with a baseline report (H200 records: did a change move any
-figure?). `python3 scripts/compare_figures.py BASE.json[.gz] OTHER.json[.gz] ...`: for each other report, each
+figure?). `python3 scripts/compare_figures.py BASE.json[.gz|.xz] OTHER.json[.gz|.xz] ...`: for each other report, each
 lowering's status, cases, passed, unsupported, worst ulp, worst relative L2 and worst margin, equal or not (a
 lowering missing from either side is said). Exit 0 when every report matches the baseline, 1 otherwise."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import sys
 
 KEYS = ("status", "cases", "passed", "unsupported", "worst_ulp", "worst_rel_l2", "worst_margin")
 
 
 def load(path: str) -> dict[str, tuple]:
-    opener = gzip.open if path.endswith(".gz") else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path[-3:], open)  # records: gzip, or xz (runs/RECOMPRESSED.md)
     with opener(path, "rt") as f:
         data = json.load(f)
     return {name: tuple(v.get(k) for k in KEYS) for name, v in data["lowerings"].items()}

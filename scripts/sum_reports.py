@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ LONG_BUCKETS = ("4097-32768", "32769-131072")
 
 def load(path: str) -> dict:
     p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(p.suffix, open)  # records: gzip, or xz (runs/RECOMPRESSED.md)
     with opener(p, "rt") as f:
         return json.load(f)
 

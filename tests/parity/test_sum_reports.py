@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import lzma
 import json
 import subprocess
 import sys
@@ -26,10 +26,10 @@ def test_totals_add_cases_keep_the_worst_and_mark_partial_runs(tmp_path):
                                                 "y": {"status": "unavailable", "cases": 0}}}
     b = {"settings": {"seed": 4}, "lowerings": {"x": _entry(300, 0.7, 50, 90, failures=1)}}
     (tmp_path / "1-a-parity.json").write_text(json.dumps(a))
-    with gzip.open(tmp_path / "2-b-parity.json.gz", "wt") as f:
+    with lzma.open(tmp_path / "2-b-parity.json.xz", "wt") as f:  # a recompressed record (runs/RECOMPRESSED.md)
         json.dump(b, f)
     out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "1-a-parity.json"),
-                          str(tmp_path / "2-b-parity.json.gz")], capture_output=True, text=True, check=True).stdout
+                          str(tmp_path / "2-b-parity.json.xz")], capture_output=True, text=True, check=True).stdout
     row = next(line for line in out.splitlines() if line.startswith("| x"))
     assert row == "| x * | **400** (1-a: 100 (seed 3); 2-b: 300 (seed 4)) | 1 | 0.70 | 25% | 25% |"
     assert "| y" not in out  # unavailable: not a run of it
