@@ -152,6 +152,7 @@ class CheckSession:
         from parity import provenance
 
         extra.setdefault("threads", self.threads)
+        extra.setdefault("yardstick", yardstick.DEFAULT)  # what the yardstick rule measured against (parity.yardstick)
         if self.mps_status is not None:  # `--mps`: what parity.mps did
             extra.setdefault("mps", self.mps_status)
         return provenance.run_settings(self.config, device=self.device, settings=self.config.hypothesis_settings(),

@@ -125,3 +125,16 @@ def test_the_oracle_output_must_be_the_cases():
     inputs = materialize(build_case((3,), 2, 1, 2, 16, 4), "cpu")
     with pytest.raises(Exception, match="oracle_out"):
         working_dtype_output(inputs, attention(inputs).out.double())
+
+
+def test_the_report_says_which_yardstick_judged(tmp_path):
+    import json
+
+    from parity import cli
+
+    code = cli.main(["check", "--device", "cpu", "--lowering", "sdpa", "--max-examples", "3", "--no-isolate", "--quiet",
+                     "--limit", "max_batch=2", "--limit", "max_context=40", "--limit", "max_production_context=0",
+                     "--report", str(tmp_path / "r")])
+    assert code == 0
+    settings = json.loads((tmp_path / "r" / "parity.json").read_text())["settings"]
+    assert settings["yardstick"] == yardstick.DEFAULT == "rounded-oracle"
