@@ -11,10 +11,18 @@ limits' dtypes, KV dtypes and head dims (those of the production rows it draws t
 (`oracle.inputs.warm_build_cases`, `oracle.reference.triton_variant_cases`), built and, for the oracle's,
 attended. Each process starts at its own place in that list (`start`: the lowering's name and shard) and,
 under `SharedCompileCache.not_waiting`, compiles what no other process is compiling and leaves for later what
-one is, going over what is left until nothing is (`run_pending`). So N processes compile the variants N at a
-time. It changes no compiled code and no case: the same kernels, compiled earlier. H200 run 79 (run 8's command,
-cold): 34 compiles (24 oracle, 10 builder variants), each once; every child's precompile took 15.4-16.2 s, a
-convoy since fixed (`run_pending`; not yet measured on the GPU).
+one is, going over what is left (`run_pending`). So N processes compile the variants N at a time. It changes no
+compiled code and no case: the same kernels, compiled earlier.
+
+A variant run here leaves a marker of its own (`variant-<digest>`), and a process skips the variants others have
+marked: it no longer loads them (its cases load the few they launch; in an isolated check the worker, not this
+process, runs the cases). It still goes over what is left until every variant is marked, so that no case waits
+for a compile. Leaving the held ones to their holders instead was tried in the CPU simulation and rejected: an
+oracle variant is held whenever the builder variant its case needs is, so half the processes left at once and
+the other half compiled everything (`scripts/bench_precompile_schedule.py`, `markers+leave`). H200: run 79 (cold,
+before `run_pending`): 15.4-16.2 s per child, a convoy; run 84 (`run_pending`, every process loading every
+variant): 9.0-10.0 s, each child compiling 0-4 and waiting at most 1.7 s in all, the rest its loads and start-up
+(docs/gpu/2026-12-04-h200-session24.md). The markers are not yet measured on the GPU.
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
@@ -43,12 +51,15 @@ _SOURCES = ("oracle/_fast_kernel.py", "oracle/_fast.py", "oracle/_values_kernel.
 
 @dataclass
 class Precompiled:
-    """What `precompile` did: `units` variants gone over, `compiled` of them compiled by this process (the rest
-    loaded: compiled by another process or an earlier run), `seconds`, `skipped` (why nothing was done: the
-    marker was there, not a GPU, ...) and `errors` ("case: ExceptionType: first line")."""
+    """What `precompile` did: `units` variants gone over, `ran` of them run here (`compiled`: the kernels this process
+    compiled; the rest of those it ran, loaded), `left` still being compiled by other processes when it was done
+    (the rest compiled by others: not loaded here), `seconds`, `skipped` (why nothing was done: the marker was
+    there, not a GPU, ...) and `errors` ("case: ExceptionType: first line")."""
 
     units: int = 0
     compiled: int = 0
+    ran: int = 0
+    left: int = 0
     seconds: float = 0.0
     skipped: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -64,8 +75,10 @@ class Precompiled:
     def line(self) -> str:
         if self.skipped:
             return f"the oracle's and the case builder's kernels: {self.skipped}"
-        text = (f"the oracle's and the case builder's kernels: {self.units} variants ready in {self.seconds:.1f} s "
-                f"({self.compiled} compiled here, the others loaded)")
+        others = self.units - self.ran - self.left
+        text = (f"the oracle's and the case builder's kernels: {self.units} variants gone over in {self.seconds:.1f} s "
+                f"({self.ran} run here, {self.compiled} kernels compiled here; {others} compiled by other processes"
+                + (f", {self.left} still compiling there" if self.left else "") + ")")
         if self.errors:
             text += f"; {len(self.errors)} could not be compiled (their cases will say why): {self.errors[0]}"
         return text
@@ -107,9 +120,10 @@ def precompile(limits: Any, device: str, *, start: str = "", clock: Callable[[],
         return rep
     units = variant_cases(limits)
     try:
-        marker = _marker(units, device)
+        base = _base_digest(device)
+        marker = _marker(units, base)
     except Exception:  # noqa: BLE001  (no marker: the variants are gone over, loads only where compiled)
-        marker = None
+        base, marker = None, None
     if marker is not None and (str(marker) in _done or marker.exists()):
         _done.add(str(marker))
         rep.skipped = "every variant compiled already (an earlier run's marker)"
@@ -119,10 +133,29 @@ def precompile(limits: Any, device: str, *, start: str = "", clock: Callable[[],
     order = units[i:] + units[:i]
     rep.units = len(order)
     before = _kernels_compiled_here()
-    rep.errors = run_pending(order, lambda kind, case: _run_unit(kind, case, device), clock=clock, sleep=sleep)
+    done = mark = None
+    if marker is not None:
+        def done(kind: str, case: Any) -> bool:
+            return _unit_marker(marker, base, kind, case).exists()
+
+        def mark(kind: str, case: Any) -> None:
+            with contextlib.suppress(OSError):  # a read-only cache: others load it instead
+                path = _unit_marker(marker, base, kind, case)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+
+    ran = []
+
+    def run_here(kind: str, case: Any) -> None:
+        _run_unit(kind, case, device)
+        ran.append(kind)
+
+    rep.errors = run_pending(order, run_here, clock=clock, sleep=sleep, done=done, mark=mark)
     rep.compiled = _kernels_compiled_here() - before
+    rep.ran = len(ran)
+    rep.left = sum(1 for kind, case in order if not done(kind, case)) if done is not None else 0
     rep.seconds = clock() - t0
-    if not rep.errors and marker is not None:
+    if not rep.errors and not rep.left and marker is not None:
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(f"{len(order)} variants\n")
@@ -148,10 +181,17 @@ def precompile_for_check(limits: Any, device: str, start: str, say: Callable[[st
 
 
 def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], None], *,
-                clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+                clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+                done: Callable[[str, Any], bool] | None = None, mark: Callable[[str, Any], None] | None = None,
+                leave_held: bool = False) -> list[str]:
     """Run `run_unit(kind, case)` for each of `units` under `SharedCompileCache.not_waiting`, going over those that
     raised `Busy` (another process compiles one of their kernels) again and again until none is left: a process
     never waits while there is a variant it can compile. Returns the errors ("kind dtype/kv D= K= G=: Type: line").
+
+    `done(kind, case)`: the unit was run by another process (its marker), so it is skipped, asked just before it
+    would run; `mark(kind, case)`: called after a unit ran here. `leave_held`: once every unit left is held by
+    another process, stop (they are left to their holders) instead of pausing for them (`precompile` does not:
+    see the module docstring).
 
     Waiting on the held one instead (the first way, H200 run 79) made the processes trail one another: the one
     ahead took each next variant first; one process compiled 13 entries, six none, and every precompile took
@@ -163,13 +203,15 @@ def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], Non
     errors: list[str] = []
     pause, stuck_since = POLL_S[0], None
     while units:
-        later = _run_all(units, run_unit, errors, skip_busy=True)
+        later = _run_all(units, run_unit, errors, skip_busy=True, done=done, mark=mark)
+        if leave_held and later and len(later) == len(units):
+            break  # every unit left is being compiled elsewhere: its holder finishes it, a case that needs it waits
         if len(later) < len(units):
             pause, stuck_since = POLL_S[0], None
         elif stuck_since is None:
             stuck_since = clock()
         elif clock() - stuck_since >= scc.WAIT_S:
-            _run_all(later, run_unit, errors, skip_busy=False)
+            _run_all(later, run_unit, errors, skip_busy=False, done=done, mark=mark)
             break
         if later and len(later) == len(units):
             sleep(pause)
@@ -179,15 +221,21 @@ def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], Non
 
 
 def _run_all(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], None], errors: list[str], *,
-             skip_busy: bool) -> list[tuple[str, Any]]:
-    """Run each unit; those another process is compiling (`skip_busy`) are returned for later."""
+             skip_busy: bool, done: Callable[[str, Any], bool] | None = None,
+             mark: Callable[[str, Any], None] | None = None) -> list[tuple[str, Any]]:
+    """Run each unit but those `done` (run elsewhere), marking each run here (`mark`); those another process is
+    compiling (`skip_busy`) are returned for later."""
     from parity import shared_compile_cache as scc
 
     later = []
     for kind, case in units:
+        if done is not None and done(kind, case):
+            continue
         try:
             with scc.not_waiting() if skip_busy else contextlib.nullcontext():
                 run_unit(kind, case)
+            if mark is not None:
+                mark(kind, case)
         except scc.Busy:
             later.append((kind, case))
         except Exception as exc:  # reported; the cases that launch this variant fail with it
@@ -237,20 +285,32 @@ def _cache_dir() -> Path | None:
     return Path(d) if d else None
 
 
-def _marker(units: list[tuple[str, Any]], device: str) -> Path | None:
-    """The marker's path: a digest of what the compiled variants depend on (see the module docstring)."""
+def _base_digest(device: str) -> str:
+    """A digest of what every compiled variant depends on: triton, torch, CUDA, the GPU, the kernels' sources."""
     import torch
     import triton
 
-    cache = _cache_dir()
-    if cache is None:
-        return None
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     for part in (triton.__version__, torch.__version__, str(torch.version.cuda), _capability(device)):
         h.update(part.encode() + b"\0")
     for rel in _SOURCES:
         h.update((root / rel).read_bytes())
+    return h.hexdigest()
+
+
+def _marker(units: list[tuple[str, Any]], base: str) -> Path | None:
+    """The run's marker: every variant of `units` compiled (see the module docstring); None without a cache."""
+    cache = _cache_dir()
+    if cache is None:
+        return None
+    h = hashlib.sha256(base.encode())
     for kind, case in units:
         h.update(f"{kind} {case.to_json(None)}\n".encode())
     return cache / "dflash-parity" / f"precompiled-{h.hexdigest()[:32]}"
+
+
+def _unit_marker(run_marker: Path, base: str, kind: str, case: Any) -> Path:
+    """One variant's marker, next to the run's: it was compiled (and run) by some process of this cache."""
+    h = hashlib.sha256(f"{base}\n{kind} {case.to_json(None)}".encode())
+    return run_marker.parent / f"variant-{h.hexdigest()[:32]}"

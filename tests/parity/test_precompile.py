@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import time
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -220,6 +222,72 @@ def test_a_process_compiles_what_is_free_before_it_pauses_and_never_blocks(fake_
     retries = runs[len(units):]
     assert sorted(retries[:2]) == sorted([units[0], units[7]]) and retries[2:] == [units[0]] * 3
     assert sleeps == [pc.POLL_S[0], 2 * pc.POLL_S[0]]  # paused only where the held one alone was left
+    assert rep.ran == len(units) and rep.left == 0
+
+
+def test_run_pending_pauses_for_held_units_unless_told_to_leave_them():
+    """`run_pending`'s own way (`leave_held=False`, the schedule simulation's): the pause doubles while only held
+    units are left."""
+    from parity import shared_compile_cache as scc
+
+    busy = {"a": 3}
+    runs, sleeps = [], []
+
+    def run_unit(kind, case):
+        runs.append(kind)
+        if busy.get(kind, 0) > 0:
+            busy[kind] -= 1
+            raise scc.Busy("KEY")
+
+    units = [("a", None), ("b", None)]
+    assert pc.run_pending(list(units), run_unit, sleep=sleeps.append) == []
+    assert runs == ["a", "b", "a", "a", "a"] and sleeps == [pc.POLL_S[0], 2 * pc.POLL_S[0]]
+    busy["a"], runs[:], sleeps[:] = 3, [], []
+    pc.run_pending(list(units), run_unit, sleep=sleeps.append, leave_held=True)
+    assert runs == ["a", "b", "a"] and sleeps == []
+
+
+def test_variants_other_processes_compiled_are_not_loaded_here(fake_gpu, monkeypatch):
+    """A variant with another process's marker is skipped, also one marked while this process is going over the
+    list (asked just before it would run). The same run with the markers unread (the way before them: every
+    process loaded every variant, 9-10 s per child on the H200's run 84) runs them all."""
+    lim = _limits()
+    cases = pc.variant_cases(lim)
+    units = [(k, c.to_json(None)) for k, c in cases]
+    base = pc._base_digest("cuda")
+    marker = pc._marker(cases, base)
+
+    def mark(i):
+        path = pc._unit_marker(marker, base, *cases[i])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+    for i in range(0, len(cases), 2):
+        mark(i)
+    real = pc._run_unit
+    at = zlib.crc32(b"context None") % len(units)  # where this process starts (`precompile`)
+    late = [i for i in [*range(at, len(units)), *range(at)] if i % 2][-1]  # the last unmarked one it reaches
+
+    def run_unit(kind, case, device):  # another process finishes that one meanwhile
+        mark(late)
+        return real(kind, case, device)
+
+    monkeypatch.setattr(pc, "_run_unit", run_unit)
+    rep = pc.precompile(lim, "cuda", start="context None")
+    odd = [u for i, u in enumerate(units) if i % 2 and i != late]
+    assert sorted(fake_gpu["runs"]) == sorted(odd) and rep.ran == len(odd) and rep.left == 0
+    assert f"{len(units) - rep.ran} compiled by other processes" in rep.line()
+    assert list(marker.parent.glob("precompiled-*"))  # every variant marked: the next run skips them all
+    for path in marker.parent.iterdir():
+        path.unlink()
+    fake_gpu["runs"].clear()
+    pc._done.clear()
+    for i in range(0, len(cases), 2):
+        mark(i)
+    fresh = itertools.count()  # a mutant: each marker asked for is a new name, so none is ever found
+    monkeypatch.setattr(pc, "_unit_marker", lambda *a: marker.parent / f"unread-{next(fresh)}")
+    pc.precompile(lim, "cuda", start="context None")
+    assert sorted(fake_gpu["runs"]) == sorted(units)
 
 
 def test_no_progress_for_wait_s_falls_back_to_waiting(fake_gpu, monkeypatch):
@@ -239,11 +307,13 @@ def test_no_progress_for_wait_s_falls_back_to_waiting(fake_gpu, monkeypatch):
 
     seen = []
     real = pc._run_all
-    monkeypatch.setattr(pc, "_run_all", lambda u, run, errors, *, skip_busy: seen.append(skip_busy) or
-                        (fake_gpu["busy"].clear() if not skip_busy else None) or real(u, run, errors, skip_busy=skip_busy))
-    rep = pc.precompile(lim, "cuda", clock=lambda: now[0], sleep=sleep)
+    monkeypatch.setattr(pc, "_run_all", lambda u, run, errors, *, skip_busy, **kw: seen.append(skip_busy) or
+                        (fake_gpu["busy"].clear() if not skip_busy else None) or real(u, run, errors, skip_busy=skip_busy,
+                                                                                     **kw))
+    errors = pc.run_pending([(k, c) for k, c in pc.variant_cases(lim)], lambda k, c: pc._run_unit(k, c, "cuda"),
+                            clock=lambda: now[0], sleep=sleep)  # run_pending's own way: precompile leaves held ones
     assert seen[-1] is False and seen.count(False) == 1 and 1.0 <= now[0] < 3.0
-    assert fake_gpu["runs"][-1] == held and not rep.errors
+    assert fake_gpu["runs"][-1] == held and not errors
 
 
 def test_each_process_starts_at_its_own_place(fake_gpu):
@@ -266,7 +336,8 @@ def test_an_error_is_reported_and_leaves_no_marker(fake_gpu, tmp_path):
     rep = pc.precompile(lim, "cuda")
     assert len(rep.errors) == 1 and "RuntimeError: ptxas died" in rep.errors[0] and "more" not in rep.errors[0]
     assert "could not be compiled" in rep.line()
-    assert not (tmp_path / "cache" / "dflash-parity").exists()
+    markers = [p.name for p in (tmp_path / "cache" / "dflash-parity").iterdir()]
+    assert len(markers) == rep.units - 1 and all(m.startswith("variant-") for m in markers)  # the broken one unmarked
 
 
 def test_nothing_to_do_off_the_gpu(fake_gpu, monkeypatch):
