@@ -27,3 +27,8 @@ def test_the_profiler_first_start_script_runs_dry():
 def test_the_profiler_cost_script_runs_dry():
     out = _run("scripts/gpu_profiler_cost.py", "--dry", "--procs", "2", "--iters", "2")
     assert "== 2 process(es), 2 reported" in out
+
+
+def test_the_oracle_ptx_script_compiles_the_kernel_for_sm90(tmp_path):
+    out = _run("scripts/oracle_ptx.py", str(tmp_path / "k.ptx"))
+    assert "lines" in out and ".entry _oracle_kernel" in (tmp_path / "k.ptx").read_text()
