@@ -273,6 +273,14 @@ def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv
     return variant_cases(tuple(head_dims), tuple(dtypes), tuple(kv_dtypes), max_block, max_group)
 
 
+def triton_kernel():
+    """The Triton engine's kernel (a `triton.jit` function), for tools that compile it on their own
+    (`scripts/oracle_ptx.py`)."""
+    from oracle._fast_kernel import ORACLE_KERNEL
+
+    return ORACLE_KERNEL
+
+
 def _triton_engine_ready(device: torch.device) -> bool:
     """Triton importable, and the tensors on CUDA, or on the CPU with the interpreter switched on."""
     try:

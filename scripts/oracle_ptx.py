@@ -9,10 +9,12 @@ source changed its instructions (docs/lab/oracle-kernel-ptx.md)."""
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))
+os.environ.pop("TRITON_INTERPRET", None)  # compiled, not interpreted (the tests' environment sets it)
 
 
 def main(out: str) -> None:
@@ -20,9 +22,14 @@ def main(out: str) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from oracle import _fast_kernel as fk
+    try:
+        from oracle.reference import triton_kernel
+    except ImportError:  # a tree before session 24 (the comparison's base): the kernel's module by its name
+        import importlib
 
-    fn = fk.ORACLE_KERNEL
+        fn = importlib.import_module("oracle._fast_kernel").ORACLE_KERNEL
+    else:
+        fn = triton_kernel()
     params = list(inspect.signature(fn.fn).parameters)
     ptr = {"Q": "*bf16", "KP": "*fp8e4nv", "VP": "*fp8e4nv", "KB": "*bf16", "VB": "*bf16", "PT": "*i32", "LENS": "*i32",
            "ACC": "*fp32", "M": "*fp32", "LS": "*fp32"}
