@@ -166,7 +166,7 @@ def launch_prefork_early(argv: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from parity import bytecode, prefork, shared_compiles
+    from parity import bytecode, host_profile, prefork, shared_compiles
 
     tokens = sys.argv[1:] if argv is None else list(argv)
     bytecode.cache_bytecode(say=lambda line: print(line, file=sys.stderr, flush=True),
@@ -174,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shared_compiles.share_compiles()  # before any process is started: they inherit it
     launch_prefork_early(tokens)
     try:
-        return _main(argv)
+        with host_profile.profiled("check"):
+            return _main(argv)
     finally:
         prefork.discard_early()
 

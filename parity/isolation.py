@@ -507,8 +507,6 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         torch.set_num_threads(int(init["num_threads"]))
         import lowerings
         from parity import policy as policy_mod
-        from parity.case_run import run_case
-        from parity.sweep import availability
 
         lowerings.names()
         hooks.set_timeout(init["hook_timeout"])  # this process's bound for every hook it calls
@@ -523,6 +521,18 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         conn.send({"error": f"worker start-up failed: {type(err).__name__}: {err}"})
         return
     conn.send({"ready": True, "pid": os.getpid()})
+    from parity.host_profile import profiled
+
+    with profiled("worker"):
+        _serve(conn, opts, pol, yard)
+
+
+def _serve(conn, opts: RunOptions, pol: Any, yard: Any) -> None:
+    """The worker's requests, one at a time, until the parent sends None or goes away."""
+    import lowerings
+    from parity.case_run import run_case
+    from parity.sweep import availability
+
     while True:
         try:
             msg = conn.recv()

@@ -79,8 +79,17 @@ def free_bytes(case, opts) -> int | None:
         import torch
 
         free, _ = torch.cuda.mem_get_info()
-        return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        return free + cached_unused_bytes(torch.cuda.memory_stats_as_nested_dict())
     return _meminfo_available()
+
+
+def cached_unused_bytes(stats: dict) -> int:
+    """Bytes torch's caching allocator holds and no tensor uses (reserved less allocated, all pools), from one
+    `torch.cuda.memory_stats_as_nested_dict()`: what `memory_reserved() - memory_allocated()` gives, without the two
+    flattenings of every counter those make (H200 run 87: 1.2 ms of a case's host time per `fits`, 1.6 a case)."""
+    def current(key: str) -> int:
+        return int(stats.get(key, {}).get("all", {}).get("current", 0))
+    return current("reserved_bytes") - current("allocated_bytes")
 
 
 def skip_message(check: str, what: str, need: int, free: int, device: str) -> str:

@@ -22,7 +22,9 @@ oracle variant is held whenever the builder variant its case needs is, so half t
 the other half compiled everything (`scripts/bench_precompile_schedule.py`, `markers+leave`). H200: run 79 (cold,
 before `run_pending`): 15.4-16.2 s per child, a convoy; run 84 (`run_pending`, every process loading every
 variant): 9.0-10.0 s, each child compiling 0-4 and waiting at most 1.7 s in all, the rest its loads and start-up
-(docs/gpu/2026-12-04-h200-session24.md). The markers are not yet measured on the GPU.
+(docs/gpu/2026-12-04-h200-session24.md); run 90 (the markers; 36 variants, the int64 page tables' among them):
+8.5-9.5 s, 1-3 kernels compiled in each child, the last compile 7.4 s after the first
+(docs/gpu/2026-12-04-h200-session26.md).
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
@@ -246,14 +248,21 @@ def _run_all(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], None],
 
 
 def _run_unit(kind: str, case: Any, device: str) -> None:
-    """Build `case` on `device` (the builder's kernel), and for an oracle unit attend it (the oracle's)."""
+    """A build unit: build `case` on `device` (the builder's kernel). An oracle unit: attend `case` (the oracle's
+    kernel) on inputs of the host build (CPU values copied over: the same dtypes, shapes and layout, so the same
+    variant), so that it never waits for a builder variant another process is compiling. With the device build
+    here, every oracle unit was `Busy` until the builder's variants were compiled: two waves, the builder's
+    1.4-2.9 s and the oracle's 4.3-7.4 s after the first Triton event (H200 run 90's compile log). With the host
+    build (run 91) both start at 1.7 s and the last ends at 7.1 s, but each compile took longer (1.0-2.3 s, 16 at
+    once with the workers' start-ups on 16 cores): the precompile's 8.6-9.4 s are the CPU's, not the schedule's."""
     import torch
 
     from oracle import attention, materialize
 
-    inputs = materialize(case, device)
     if kind == "oracle":
-        attention(inputs, engine="triton")
+        attention(materialize(case, device, build="host"), engine="triton")
+    else:
+        materialize(case, device)
     torch.cuda.synchronize(torch.device(device))
 
 

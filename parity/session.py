@@ -531,7 +531,7 @@ def part_main(argv: Sequence[str]) -> int:
     """`python -m parity.session --part SPEC`: check one part and write it (exit 0 pass, 1 fail, 2 bad input,
     130 interrupted: the part of the cases that ran is written first)."""
     from oracle.errors import InvalidInput
-    from parity import interrupt
+    from parity import host_profile, interrupt
     from parity.cli import EXIT_INTERRUPTED
     from parity.report import format_table, table_rows
 
@@ -544,7 +544,7 @@ def part_main(argv: Sequence[str]) -> int:
         part = Part(spec["part"]["lowering"], tuple(spec["part"]["shard"]) if spec["part"]["shard"] else None)
         # a child always takes SIGINT (its parent's means "write your partial part"), even where the parent
         # was started with SIGINT ignored
-        with interrupt.installed(force=True):
+        with interrupt.installed(force=True), host_profile.profiled("part"):
             session = CheckSession(config, say=None if config.quiet else _stderr, part=part)
             try:
                 data, interrupted = session.run_part()

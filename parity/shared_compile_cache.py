@@ -133,12 +133,13 @@ class SharedCompileCache(FileCacheManager):
 
 
 def _log(what: str, key: str, filename: str, seconds: float) -> None:
-    """`pid what KEY/FILE seconds` appended to `$DFLASH_PARITY_COMPILE_LOG` where set: `compiled` (held the lock
-    that long), `loaded` (waited that long, then found it), `gave-up` (waited `WAIT_S`)."""
+    """`pid what KEY/FILE seconds end` appended to `$DFLASH_PARITY_COMPILE_LOG` where set: `compiled` (held the lock
+    that long), `loaded` (waited that long, then found it), `gave-up` (waited `WAIT_S`); `end`: when it ended (Unix
+    seconds), so that a run's compiles can be laid on its time line."""
     path = os.environ.get(LOG_ENV)
     if path:
         with open(path, "a") as f:
-            f.write(f"{os.getpid()} {what} {key}/{filename} {seconds:.3f}\n")
+            f.write(f"{os.getpid()} {what} {key}/{filename} {seconds:.3f} {time.time():.3f}\n")
 
 
 def _unlock(fd: int) -> None:

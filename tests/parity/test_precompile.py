@@ -39,6 +39,7 @@ class LaunchKeys:
         from oracle import _fast_kernel as fk
 
         self.names, self.runtime, self.keys = kernel.arg_names, set(fk.RUNTIME_ARGS), set()
+        self.aligned = False  # True: each pointer's 16-byte alignment is part of the key too
 
     def __getitem__(self, grid):
         import torch
@@ -47,7 +48,7 @@ class LaunchKeys:
             key = []
             for n, a in zip(self.names, args):
                 if isinstance(a, torch.Tensor):
-                    key.append((n, str(a.dtype)))
+                    key.append((n, str(a.dtype)) + ((a.data_ptr() % 16 == 0,) if self.aligned else ()))
                 elif isinstance(a, int) and not isinstance(a, bool) and n not in self.runtime:
                     key.append((n, "1" if a == 1 else "16" if a % 16 == 0 else "n"))
             key += sorted((k, v) for k, v in kw.items() if k not in ("num_warps", "num_stages", "UPCAST"))
@@ -403,3 +404,43 @@ def test_a_jobs_child_precompiles_before_its_first_case(part, workers, monkeypat
         assert rep.phases["precompile"] == 7.5 and rep.seconds >= 7.5
     else:
         assert "precompile" not in rep.phases
+
+
+def test_an_oracle_unit_attends_host_built_inputs_and_a_build_unit_runs_the_builder(monkeypatch):
+    """An oracle unit's inputs come from the host build, so it never waits for a builder variant another process is
+    compiling (H200 run 90: the oracle's compiles started only after the builder's); a build unit runs the device
+    build (the builder's kernel), and nothing else."""
+    import oracle
+    import torch
+
+    calls = []
+    monkeypatch.setattr(oracle, "materialize", lambda case, device, **kw: calls.append(("build", kw)) or "inputs")
+    monkeypatch.setattr(oracle, "attention", lambda inputs, engine: calls.append(("attend", inputs, engine)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(("sync",)))
+    lim = limits_for(lowerings.get("context"), "cuda", profile="gpu", overrides=PROD_OFF)
+    units = pc.variant_cases(lim)
+    (okind, ocase), (bkind, bcase) = (next(u for u in units if u[0] == k) for k in ("oracle", "build"))
+    pc._run_unit(okind, ocase, "cuda")
+    assert calls == [("build", {"build": "host"}), ("attend", "inputs", "triton"), ("sync",)]
+    calls.clear()
+    pc._run_unit(bkind, bcase, "cuda")
+    assert calls == [("build", {}), ("sync",)]
+
+
+
+def test_host_built_inputs_launch_the_oracle_variant_device_built_ones_do(launch_keys):
+    """The oracle unit's host build (above) compiles the variant the drawn cases' device build launches: the same
+    constexprs, pointer dtypes, integer classes and 16-byte alignment of every pointer (Triton specializes on it).
+    The device build here is format 3's counter build (under Triton's interpreter on a CPU, as on CUDA)."""
+    from oracle._fast import attention_triton
+
+    launch_keys.aligned = True
+    units = [c for kind, c in pc.variant_cases(limits_for(lowerings.get("context"), "cuda", profile="gpu",
+                                                          overrides=PROD_OFF)) if kind == "oracle"]
+    seen = {}
+    for build in ("host", "counter"):
+        launch_keys.keys = set()
+        for case in units:
+            attention_triton(materialize(case, "cpu", build=build), case.window, None, upcast=True)
+        seen[build] = set(launch_keys.keys)
+    assert len(seen["host"]) >= 12 and seen["host"] == seen["counter"]

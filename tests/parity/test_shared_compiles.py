@@ -235,3 +235,17 @@ def test_a_kernel_group_stays_locked_until_the_group_is_stored(cache_dir):
     assert m._fd is not None  # the same name as the group: still held
     m.put_group("k.json", {"k.json": path})
     assert m._fd is None and scc.compiled_here[-1] == "GROUP/k.json"
+
+
+def test_the_compile_log_says_who_what_how_long_and_when(tmp_path, monkeypatch):
+    """`$DFLASH_PARITY_COMPILE_LOG`: one line per compile or wait, `pid what KEY/FILE seconds end` (the end in Unix
+    seconds: a cold run's compiles laid on its time line, docs/gpu/runs/89-*)."""
+    from parity import shared_compile_cache as scc
+
+    log = tmp_path / "compiles.log"
+    monkeypatch.setenv(scc.LOG_ENV, str(log))
+    before = time.time()
+    scc._log("compiled", "KEY", "k.cubin", 1.25)
+    pid, what, entry, seconds, end = log.read_text().split()
+    assert (int(pid), what, entry, float(seconds)) == (os.getpid(), "compiled", "KEY/k.cubin", 1.25)
+    assert before - 0.001 <= float(end) <= time.time() + 0.001  # written to the millisecond
