@@ -176,18 +176,13 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
 
 def warm_build_cases() -> list[Case]:
     """Tiny cases that launch every compiled variant of format 3's device build kernel: each pool dtype through
-    a page table of each index dtype (the table's pointer dtype is part of the signature: the int64 tables were
-    missing here, and on the H200's cold run 89 every isolated worker compiled or waited for up to three such
-    variants, 1.4-1.9 s each, in its first cases), each dense dtype (queries, the block, fp32 for a regime's
-    directions); the regime's switches are run-time arguments, not variants."""
-    def case(dtype: str, kv: str, values: str, table: str) -> Case:
-        return Case(context_lens=(1,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=1,
-                    pages=((0, 1),), num_pages=3, dtype=dtype, kv_dtype=kv, k_scale=2.0 if kv != dtype else 1.0,
-                    v_scale=0.5 if kv != dtype else 1.0, values=values, value_keys=(0,), block_storage="appended",
-                    page_table_dtype=table)
-    return ([case(dtype, kv, values, "int32") for dtype in ("bfloat16", "float16") for kv in (dtype, "float8_e4m3fn")
-             for values in ("plain", "huge")]
-            + [case(dtype, kv, "plain", "int64") for dtype in ("bfloat16", "float16") for kv in (dtype, "float8_e4m3fn")])
+    a page table (read as int32 whatever its dtype: `oracle._device_values.table_int32`), each dense dtype
+    (queries, the block, fp32 for a regime's directions); the regime's switches are run-time arguments, not
+    variants."""
+    return [Case(context_lens=(1,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=1,
+                 pages=((0, 1),), num_pages=3, dtype=dtype, kv_dtype=kv, k_scale=2.0 if kv != dtype else 1.0,
+                 v_scale=0.5 if kv != dtype else 1.0, values=values, value_keys=(0,), block_storage="appended")
+            for dtype in ("bfloat16", "float16") for kv in (dtype, "float8_e4m3fn") for values in ("plain", "huge")]
 
 
 def warm_build(device: str | torch.device) -> int:

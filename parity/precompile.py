@@ -22,7 +22,7 @@ oracle variant is held whenever the builder variant its case needs is, so half t
 the other half compiled everything (`scripts/bench_precompile_schedule.py`, `markers+leave`). H200: run 79 (cold,
 before `run_pending`): 15.4-16.2 s per child, a convoy; run 84 (`run_pending`, every process loading every
 variant): 9.0-10.0 s, each child compiling 0-4 and waiting at most 1.7 s in all, the rest its loads and start-up
-(docs/gpu/2026-12-04-h200-session24.md); run 90 (the markers; 36 variants, the int64 page tables' among them):
+(docs/gpu/2026-12-04-h200-session24.md); run 90 (the markers; 36 variants, the int64 page tables' then among them):
 8.5-9.5 s, 1-3 kernels compiled in each child, the last compile 7.4 s after the first
 (docs/gpu/2026-12-04-h200-session26.md).
 

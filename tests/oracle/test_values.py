@@ -387,7 +387,7 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     variant of the format 3 kernel a drawn case can (destination dtype, paged or dense; the regime switches are
     run-time arguments, and the affine maps a regime does not read are fp32 placeholders, so the pointers'
     dtypes do not vary), and its seeds are 16-byte aligned whatever the batch size (Triton specializes on it)."""
-    from oracle import _values_kernel
+    from oracle import _device_values, _values_kernel
     from oracle.inputs import warm_build_cases
 
     seen = set()
@@ -406,21 +406,36 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     cases = warm_build_cases()
     for case in cases:
         materialize(case, build="counter")
-    assert len(cases) == 12
+    assert len(cases) == 8
     warmed = set(seen)
-    seen.clear()
-    for values in VALUE_REGIMES:  # drawn-like cases: more requests, longer contexts, other layouts, both tables
-        for corner in COUNTER_CORNERS:
-            for table in ("int32", "int64"):
-                materialize(_case(**corner, context_lens=[40, 0, 3], values=values, value_keys=[1, 2, 3],
-                                  layout="HND", page_table_dtype=table), build="counter")
-    def int64_table(key) -> bool:  # a paged launch through an int64 page table (a dense one passes the seeds)
-        return key[1] and key[-1] == torch.int64
 
-    assert any(int64_table(key) for key in seen)  # int64 tables were drawn: the comparison covers them
-    assert seen <= warmed, seen - warmed
-    # The check can fail: the list as it was before run 89 (int32 tables only) misses the int64 tables' variants.
-    assert not seen <= {key for key in warmed if not int64_table(key)}
+    def drawn_like() -> set:
+        seen.clear()
+        for values in VALUE_REGIMES:  # drawn-like cases: more requests, longer contexts, other layouts, both tables
+            for corner in COUNTER_CORNERS:
+                for table in ("int32", "int64"):
+                    materialize(_case(**corner, context_lens=[40, 0, 3], values=values, value_keys=[1, 2, 3],
+                                      layout="HND", page_table_dtype=table), build="counter")
+        return set(seen)
+
+    got = drawn_like()
+    assert all(key[-1] == torch.int32 for key in got if key[1])  # every paged launch reads an int32 table
+    assert got <= warmed, got - warmed
+    # The check can fail: without the int32 view an int64 table makes its own variant, which no warm case launches
+    # (H200 run 89: the isolated workers compiled three such variants in their first cases).
+    monkeypatch.setattr(_device_values, "table_int32", lambda table: table)
+    assert not drawn_like() <= warmed
+
+
+def test_the_builds_values_do_not_depend_on_the_page_tables_dtype():
+    """An int64 page table is read as int32 by the device build: the same ids, so the same pools, bit for bit."""
+    from parity import result_bits as rb
+
+    for corner in COUNTER_CORNERS[:2]:
+        a, b = (materialize(_case(**corner, context_lens=[40, 0, 3], page_table_pad=2, page_table_dtype=t),
+                            build="counter") for t in ("int32", "int64"))
+        for name in ("q", "k_pool", "v_pool", "k_block", "v_block"):
+            assert torch.equal(rb.bit_view(getattr(a, name)), rb.bit_view(getattr(b, name))), name
 
 
 def test_the_counter_build_is_format_3s_only():
