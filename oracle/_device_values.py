@@ -33,6 +33,7 @@ import torch
 
 from oracle.case import Case
 from oracle.errors import InvalidInput
+from oracle.inputs import page_table_int32
 from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_SPREAD, TINY, regime_gains,
                            request_keys, sink_gain, stream_seed)
 
@@ -152,14 +153,6 @@ def _regimes(c: Case, device: torch.device, keys: tuple[str, ...], aux) -> dict[
     return out
 
 
-def table_int32(table: torch.Tensor) -> torch.Tensor:
-    """The page table as the builder's kernel reads it: int32 (the same ids: a pool has fewer than 2**31 pages; the
-    padding past a row's pages, never read, may wrap). One pointer type, so one compiled variant per pool dtype
-    instead of two: an int64 table made its own variant of `stream_kernel` (3 of the precompile's 36 on the H200,
-    docs/gpu/2026-12-04-h200-session26.md), as the oracle's kernel reads it (`oracle._fast`)."""
-    return table.to(torch.int32) if table.dtype == torch.int64 else table
-
-
 def draw(c: Case, device: torch.device, table: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor):
     """Format 3's device build on `device` (module docstring): each request's context keys and values written
     into `k_pool`/`v_pool` (in the case's layout and pool dtype) through `table`, the case's page table on
@@ -183,7 +176,7 @@ def draw(c: Case, device: torch.device, table: torch.Tensor, k_pool: torch.Tenso
     aff = _regimes(c, device, keys, aux)
     lens = _on(device, list(c.context_lens), torch.int32)
     longest = max(c.context_lens, default=0)
-    table = table_int32(table)
+    table = page_table_int32(table)  # one variant per pool dtype whatever the table's index dtype
     for pool, s in ((k_pool, "k"), (v_pool, "v")):
         _launch(pool, seed_of[s], lens, longest, Hkv, D, aff[s], table=table, page_size=ps, layout=c.layout, clamp=fp8)
     k_lens = torch.full((B,), K, dtype=torch.int32, device=device)

@@ -14,7 +14,7 @@ import os
 import torch
 
 from oracle.case import Case, pages_needed
-from oracle.inputs import TORCH_DTYPES, Inputs
+from oracle.inputs import TORCH_DTYPES, Inputs, page_table_int32
 
 BLOCK_N = 64
 MAX_BLOCK_R = 64
@@ -77,9 +77,7 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     else:  # HND [pages, head, slot, D]
         kps = (kp.stride(0), kp.stride(2), kp.stride(1))
         vps = (vp.stride(0), vp.stride(2), vp.stride(1))
-    pt = inputs.page_table
-    if pt.dtype == torch.int64:  # the same ids (fewer than 2**31 pages); one pointer type, so one compiled variant
-        pt = pt.to(torch.int32)
+    pt = page_table_int32(inputs.page_table)  # one pointer type, so one compiled variant
     lens = inputs.context_lens
     fp8 = TORCH_DTYPES["float8_e4m3fn"]
     is_fp8 = kp.dtype == fp8

@@ -174,9 +174,17 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
     )
 
 
+def page_table_int32(table: torch.Tensor) -> torch.Tensor:
+    """The page table as the framework's kernels read it (the oracle's and the case builder's): int32, the same ids (a
+    pool has fewer than 2**31 pages; the padding past a row's pages, never read, may wrap). One pointer type, so one
+    compiled variant where an int64 table made its own (the builder's: 3 of the precompile's 36 on the H200,
+    docs/gpu/2026-12-04-h200-session26.md). The lowerings still get the case's own table."""
+    return table.to(torch.int32) if table.dtype == torch.int64 else table
+
+
 def warm_build_cases() -> list[Case]:
     """Tiny cases that launch every compiled variant of format 3's device build kernel: each pool dtype through
-    a page table (read as int32 whatever its dtype: `oracle._device_values.table_int32`), each dense dtype
+    a page table (read as int32 whatever its dtype: `page_table_int32`), each dense dtype
     (queries, the block, fp32 for a regime's directions); the regime's switches are run-time arguments, not
     variants."""
     return [Case(context_lens=(1,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=1,

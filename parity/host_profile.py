@@ -3,8 +3,8 @@
 With the variable set, each process of a check profiles itself with `cProfile` and writes
 `DIR/<role>-<pid>.prof` when it ends: `check` for a `dflash-parity check` process (with `--jobs`, the parent
 that runs the children), `part` for a `--jobs` child (one lowering or shard: its draws, its bookkeeping, and in
-an isolated check its round trips to its worker), `worker` for an isolated case worker (the case itself). `scripts/host_profile_summary.py DIR` sums them per
-role. cProfile slows Python-heavy code (a tracing hook on every call): time such a run for its shares, not
+an isolated check its round trips to its worker), `worker` for an isolated case worker (the case itself).
+`scripts/host_profile_summary.py DIR` sums them per role. cProfile slows Python-heavy code (a tracing hook on every call): time such a run for its shares, not
 for its rate. Unset (the default), nothing is profiled and nothing is written.
 
 Public: `ENV`, `profiled(role)` (a context manager).

@@ -423,7 +423,7 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     assert got <= warmed, got - warmed
     # The check can fail: without the int32 view an int64 table makes its own variant, which no warm case launches
     # (H200 run 89: the isolated workers compiled three such variants in their first cases).
-    monkeypatch.setattr(_device_values, "table_int32", lambda table: table)
+    monkeypatch.setattr(_device_values, "page_table_int32", lambda table: table)
     assert not drawn_like() <= warmed
 
 
