@@ -97,6 +97,15 @@ def load_plugin(path: str | Path) -> list[str]:
 
 
 _BUILTINS_LOADED = False
+_BUILTINS: dict[str, Lowering] = {}  # the built-in instances as registered
+
+
+def changed_here() -> list[str]:
+    """The names whose registration differs from the built-ins alone (a plugin's or a test's lowering added, a
+    built-in replaced or removed), sorted."""
+    _load_builtins()
+    names_ = set(_REGISTRY) | set(_BUILTINS)
+    return sorted(n for n in names_ if _REGISTRY.get(n) is not _BUILTINS.get(n))
 
 
 def _load_builtins() -> None:
@@ -108,3 +117,4 @@ def _load_builtins() -> None:
 
     for lowering in builtin_lowerings():
         register(lowering)
+        _BUILTINS[lowering.name] = lowering

@@ -24,7 +24,7 @@ import is refused (`--plugin FILE: ...`, exit 2) before any case runs.
 Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
 (`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
 torch import. The fork server never touches CUDA; each worker initializes its own device. A lowering's check
-launches it first thing (`start_fork_server`), so its imports overlap the planning and the JIT warm-up.
+launches it first thing (`start_fork_server`): a fork of that process where safe (`parity.forked_server`).
 """
 
 from __future__ import annotations
@@ -376,19 +376,19 @@ class IsolatedExecutor:
         return CaseOutcome(lowering, case, "fail", failures=[message], seconds=seconds)
 
 
-def start_fork_server() -> bool:
-    """Launch the fork server the workers are forked from now rather than when the first worker is asked for
-    (`available()`, after the planning and the JIT warm-up): its imports (`_PRELOAD`: torch and the framework)
-    then overlap what the caller does meanwhile. True where a fork server runs; False where this platform's
-    start method has none (`spawn`). Under a bare `__main__` (`_bare_main`), as workers start."""
-    ctx = _context()
-    if ctx.get_start_method() != "forkserver":
-        return False
-    from multiprocessing import forkserver
+def start_fork_server() -> str | None:
+    """Launch the workers' fork server now rather than for the first worker (`available()`, after the planning and
+    the JIT warm-up): its imports (`_PRELOAD`) then overlap what the caller does meanwhile, or are not paid again
+    (a fork of this process: `parity.forked_server`). How it started ("forked", "fresh: <why>", "running"); None
+    where this platform's start method has none (`spawn`)."""
+    return _ensure_server(_context())
 
-    with _bare_main():
-        forkserver.ensure_running()
-    return True
+
+def _ensure_server(ctx) -> str | None:
+    from parity import forked_server
+
+    with _bare_main():  # as workers start
+        return forked_server.start(ctx) if ctx.get_start_method() == "forkserver" else None
 
 
 @contextlib.contextmanager
@@ -407,6 +407,7 @@ def _bare_main():
 
 def _start_process(ctx, target, init: dict[str, Any], name: str):
     """Start `target(conn, init)` in a process of `ctx`; returns (process, this side's connection)."""
+    _ensure_server(ctx)
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     proc = ctx.Process(target=target, args=(child_conn, init), name=name, daemon=True)
     with _bare_main():

@@ -337,3 +337,12 @@ def _run_tasks(session: Any, names: Sequence[str], tasks: list, shards: dict[str
         say(f"[jobs] {line}")
     data = merge_parts(report_dir, names, exits, session.top(), shards, keep_families=config.shard is not None)
     return data, interrupted
+
+
+def start_up_line(label: str, created: float, marks: list[tuple[str, float]]) -> str:
+    """`"  NAME: its cases start 3.1 s after this process began: session 0.4 s, load 0.0 s, planning 1.2 s, ..."`:
+    where a `--jobs` child's time went before its first case; `marks` are (the phase that starts, when), the last
+    one unnamed (the cases)."""
+    parts = [("session", marks[0][1] - created)] + [(n, t1 - t0) for (n, t0), (_, t1) in zip(marks, marks[1:])]
+    return (f"  {label}: its cases start {marks[-1][1] - created:.1f} s after this process began: "
+            + ", ".join(f"{n} {s:.1f} s" for n, s in parts))

@@ -24,7 +24,9 @@ before `run_pending`): 15.4-16.2 s per child, a convoy; run 84 (`run_pending`, e
 variant): 9.0-10.0 s, each child compiling 0-4 and waiting at most 1.7 s in all, the rest its loads and start-up
 (docs/gpu/2026-12-04-h200-session24.md); run 90 (the markers; 36 variants, the int64 page tables' then among them):
 8.5-9.5 s, 1-3 kernels compiled in each child, the last compile 7.4 s after the first
-(docs/gpu/2026-12-04-h200-session26.md).
+(docs/gpu/2026-12-04-h200-session26.md); runs 92-96 (32 variants, the workers' fork servers forked rather than
+fresh interpreters): 5.5-8.8 s by the host, whose one-process compile of the 31 kernels took 29.9-50.8 s
+(docs/gpu/2026-12-04-h200-session27.md).
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later

@@ -111,3 +111,14 @@ def locked(report_dir: str | Path) -> Iterator[None]:
                 os.ftruncate(fd, 0)
     finally:
         os.close(fd)
+
+
+def written(report_dir: Path, write, *args, **kwargs):
+    """`write(*args, **kwargs)`; an OSError (a full disk, a directory made read-only under the run) becomes
+    one message naming the report directory (exit 2). `parity.json` is written last, so none is left."""
+    try:
+        return write(*args, **kwargs)
+    except OSError as err:
+        raise InvalidInput(f"--report {report_dir}", f"could not write the report: {err.strerror or err} "
+                                                     f"({err.filename or 'a report file'}); no parity.json was "
+                                                     f"written by this run") from None

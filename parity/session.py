@@ -93,6 +93,8 @@ class CheckSession:
         self._executor = None
         self.worker_cpu_seconds = 0.0  # of the isolated workers, once closed (`close`)
         self._loaded = False
+        self._said_server = False
+        self._created = time.perf_counter()
 
     # ---- set-up -------------------------------------------------------------------------------------
     def load(self, probe: bool | None = None) -> None:
@@ -108,6 +110,8 @@ class CheckSession:
         cfg = self.config
         if probe is None:
             probe = cfg.isolate and self.part is None
+        if cfg.isolate and self.part is not None:  # a --jobs child: before it imports a plugin (a server forked
+            self._start_fork_server()  # from this process must hold none); a plain check's: probe_plugins, check
         with hooks.timeout_set(cfg.hook_timeout):
             if probe and cfg.plugins:
                 from parity.isolation import probe_plugins
@@ -124,6 +128,15 @@ class CheckSession:
         self.policy = policy_mod.load(cfg.tolerances, allow_loose_bounds=cfg.allow_loose_bounds)
         self.policy.check_lowerings(lowerings.names())
         self._loaded = True
+
+    def _start_fork_server(self) -> None:
+        from parity import forked_server
+        from parity.isolation import start_fork_server
+
+        start_fork_server()
+        if forked_server.how is not None and not self._said_server:  # once: how it started (forked? why not?)
+            self._said_server = True
+            self.say(forked_server.describe())
 
     def selected(self) -> list:
         """The lowerings asked for, in order (every registered one when none is named)."""
@@ -270,25 +283,33 @@ class CheckSession:
         from parity import hooks
         from parity.outcome import LoweringReport
         from parity.sweep import check_lowering, hook_failure_report
+        from parity.warmup import warm_up_lowering
         from strategies import PROFILES, check_cases
 
+        marks = [("load", time.perf_counter())]  # (the phase that starts, when): a --jobs child's start-up line
         self.load()
         cfg = self.config
         if cfg.isolate if isolate is None else isolate:  # its imports overlap the planning and the warm-up
-            from parity.isolation import start_fork_server
-            start_fork_server()
+            self._start_fork_server()
         work_dir = work_dir if work_dir is not None else self.report_dir
         replay = self.saved_failures(lowering.name, shard) if replay is None else replay
         with hooks.timeout_set(cfg.hook_timeout):
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
+                marks.append(("planning", time.perf_counter()))
                 plan = check_cases(lowering, self.device, profile=cfg.profile, overrides=self.overrides, **(fixed or {}))
+                marks.append(("precompile", time.perf_counter()))
                 warm, pre = cfg.warm_up if warm is None else warm, None
                 if warm or self.part is not None or self.workers > 1:  # --jobs, xdist: siblings compile beside it
                     from parity.precompile import precompile_for_check
                     pre = precompile_for_check(plan.limits, self.device, f"{lowering.name} {shard}",
                                                (lambda line: None) if cfg.quiet else self.say, self.warn)
+                marks.append(("warm-up", time.perf_counter()))
                 if warm:
                     warm_up_lowering(lowering, self.device, None if cfg.quiet else self.say, plan.limits)
+                if self.part is not None and not cfg.quiet:
+                    from parity.jobs import start_up_line
+
+                    self.say(start_up_line(shard_label_of(self.part), self._created, [*marks, ("", time.perf_counter())]))
             except hooks.HookFailure as hf:
                 return hook_failure_report(LoweringReport(lowering.name, self.device, "pass"), hf, time.perf_counter())
             except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
@@ -334,26 +355,29 @@ class CheckSession:
         """The report of `reports` (run in this process): its files, or (`part`) a `--jobs` child's part,
         its failure files in `work_dir` (default: the report directory)."""
         from parity import report as report_mod
+        from parity import report_dir as report_dir_mod
 
         kw = self.report_kw()
         if self.report_dir is None:
             return report_mod.to_json(reports, device=kw["device"], profile=kw["profile"],
                                       tolerances=kw["tolerances"], replay=kw["replay"], header=self.header,
                                       family_counts=self.config.shard is not None)
-        return written(self.report_dir, report_mod.write_reports, work_dir or self.report_dir, reports, part=part,
-                       amend_part=amend_part, header=self.header, policy_entries=self.policy.entry_names(),
-                       family_counts=self.config.shard is not None, **kw)
+        return report_dir_mod.written(self.report_dir, report_mod.write_reports, work_dir or self.report_dir, reports,
+                                      part=part, amend_part=amend_part, header=self.header,
+                                      policy_entries=self.policy.entry_names(),
+                                      family_counts=self.config.shard is not None, **kw)
 
     def write_parts(self, data: dict[str, Any], *, interrupted: bool) -> dict[str, Any]:
         """The report of merged parts (`parity.parts.merge`): unmatched tolerance entries noted, the
         verdict stamped, junit.xml, summary.md and parity.json written."""
         from parity import provenance
         from parity import report as report_mod
+        from parity import report_dir as report_dir_mod
 
         report_mod.note_unmatched(data, self.policy.entry_names())
         data = provenance.finish(data, interrupted=interrupted)
         if self.report_dir is not None:
-            written(self.report_dir, report_mod.write_merged, self.report_dir, data)
+            report_dir_mod.written(self.report_dir, report_mod.write_merged, self.report_dir, data)
         return data
 
     def top(self) -> dict[str, Any]:
@@ -482,19 +506,6 @@ def shard_label_of(part: Part) -> str:
     return shard_label(part.lowering, part.shard)
 
 
-def written(report_dir: Path, write, *args, **kwargs):
-    """`write(*args, **kwargs)`; an OSError (a full disk, a directory made read-only under the run) becomes
-    one message naming the report directory (exit 2). `parity.json` is written last, so none is left."""
-    from oracle.errors import InvalidInput
-
-    try:
-        return write(*args, **kwargs)
-    except OSError as err:
-        raise InvalidInput(f"--report {report_dir}", f"could not write the report: {err.strerror or err} "
-                                                     f"({err.filename or 'a report file'}); no parity.json was "
-                                                     f"written by this run") from None
-
-
 def default_device() -> str:
     import torch
 
@@ -509,16 +520,6 @@ def _default_case_timeout() -> float:
 
 def _yardstick():
     return yardstick.get(yardstick.DEFAULT)
-
-
-def warm_up_lowering(lowering, device: str, say: Callable[[str], None] | None, limits=None) -> None:
-    """`--warm-up`: load the lowering's JIT modules now (on the GPU: in this process, so that an isolated
-    worker finds them compiled in the on-disk cache and only loads them)."""
-    from parity.warmup import warm_up
-
-    show = (lambda line: None) if say is None else (lambda line: say(f"  {line}"))
-    rep = warm_up([lowering], limits, device, progress=show)
-    show(rep.lines()[-1])
 
 
 # ---- a --jobs child -----------------------------------------------------------------------------------

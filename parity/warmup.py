@@ -388,3 +388,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+def warm_up_lowering(lowering, device: str, say: Callable[[str], None] | None, limits=None) -> None:
+    """`--warm-up`: load the lowering's JIT modules now (on the GPU: in this process, so that an isolated
+    worker finds them compiled in the on-disk cache and only loads them)."""
+    show = (lambda line: None) if say is None else (lambda line: say(f"  {line}"))
+    rep = warm_up([lowering], limits, device, progress=show)
+    show(rep.lines()[-1])

@@ -42,9 +42,9 @@ def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkey
     def stop(*a, **k):
         raise KeyboardInterrupt
 
-    from parity import session
+    from parity import warmup
 
-    monkeypatch.setattr(session, "warm_up_lowering", stop)
+    monkeypatch.setattr(warmup, "warm_up_lowering", stop)
     code = cli.main(["check", "--warm-up", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu",
                      "--no-isolate", "--quiet", "--report", str(tmp_path)])
     assert code == 130

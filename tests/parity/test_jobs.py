@@ -369,3 +369,30 @@ def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
     assert (v["status"], v["cases"], v["shards"], v["max_compiles"]) == ("fail", 14, 3, 2)
     assert len(v["notes"]) == 1 and v["notes"][0].startswith("shard 2/3: the check process for this lowering was "
                                                             "killed by signal 9"), v["notes"]
+
+
+def test_the_start_up_line_splits_a_childs_time_before_its_first_case():
+    """Each phase's seconds run from its mark to the next; the total from the session's creation to the last mark
+    (a phase named after the wrong interval, or the session's own time left out, shows here)."""
+    from parity.jobs import start_up_line
+
+    marks = [("load", 10.5), ("planning", 10.75), ("precompile", 12.0), ("warm-up", 12.25), ("", 14.0)]
+    assert start_up_line("x [shard 1/2]", 10.0, marks) == (
+        "  x [shard 1/2]: its cases start 4.0 s after this process began: session 0.5 s, load 0.2 s, planning 1.2 s, "
+        "precompile 0.2 s, warm-up 1.8 s")
+
+
+def test_a_jobs_child_says_where_its_start_up_went(tmp_path, capfd):
+    """Each child's line, in its log (relayed to this process's stderr)."""
+    from parity import cli
+
+    code = cli.main(["check", "--device", "cpu", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples",
+                     "2", "--no-hardening", "--no-isolate", "--jobs", "2", "--report", str(tmp_path)])
+    said = capfd.readouterr()
+    said = said.out + said.err
+    assert code == 0, said
+    import re
+
+    lines = re.findall(r"  (sdpa|decode_rows): its cases start [\d.]+ s after this process began: session [\d.]+ s, "
+                       r"load [\d.]+ s, planning [\d.]+ s, precompile [\d.]+ s, warm-up [\d.]+ s", said)
+    assert sorted(lines) == ["decode_rows", "sdpa"], said

@@ -87,14 +87,14 @@ def test_an_isolated_check_launches_its_fork_server_before_the_warm_up(tmp_path)
 
     code = f"""
 import multiprocessing.forkserver as fs
-from parity import cli, session
+from parity import cli, warmup
 seen = []
-real = session.warm_up_lowering
+real = warmup.warm_up_lowering
 def warm_up(*args, **kw):
     server = getattr(fs, "_forkserver", None)
     seen.append(getattr(server, "_forkserver_pid", None) is not None)
     return real(*args, **kw)
-session.warm_up_lowering = warm_up
+warmup.warm_up_lowering = warm_up
 code = cli.main(["check", "--device", "cpu", "--lowering", "sdpa", "--max-examples", "2", "--warm-up",
                  "--no-hardening", "--quiet", "--report", {str(tmp_path / "r")!r}])
 print("RESULT", code, seen)
