@@ -14,13 +14,18 @@ Forking is only safe (`forkable` says why not) while this process:
 - runs one thread (another thread may hold a lock, the import lock or a stream's, that the fork keeps held);
 - holds the built-in lowerings alone (a worker loads the plugin files itself: a lowering already registered would
   be registered twice; a built-in a test replaced would run in its place).
-Otherwise, or where `DFLASH_PARITY_FORKED_SERVER=0`, the fresh interpreter starts as before. In the forked server, as `exec` would: every descriptor but
-the standard ones and those the command is passed is closed (the server exits when its clients' end of the
-"alive" pipe closes: it must not hold one), the signal handlers are a fresh interpreter's, no profiler or tracer
-runs, the objects inherited are frozen out of the collector (a collected file object would close a descriptor
-number the server reuses), and it leaves with `os._exit` (this process's `atexit` handlers are not its own).
+Otherwise, or where `DFLASH_PARITY_FORKED_SERVER=0`, the fresh interpreter starts as before. In the forked server,
+as `exec` would: every descriptor but the standard ones and those the command is passed is closed (the server exits
+when its clients' end of the "alive" pipe closes: it must not hold one), the signal handlers are a fresh
+interpreter's, no profiler or tracer runs, the objects inherited are frozen out of the collector (a collected file
+object would close a descriptor number the server reuses), and it leaves with `os._exit` (this process's `atexit`
+handlers are not its own).
 
-Public: `start(ctx) -> str` (how the server was started: "forked" or "fresh: <why>"), `forkable() -> str | None`.
+H200, run 8's command cold on one host (docs/gpu/2026-12-04-h200-session27.md run 96, the variable set then not):
+the precompile of each child 0.6 s shorter, the lowerings' cold rates -1% to +20%, 351 against 371 CPU-s in all.
+
+Public: `start(ctx) -> str` (how the server was started: "forked", "fresh: <why>" or "running"), `forkable() -> str |
+None`, `describe()`, `how`, `ENV`.
 """
 
 from __future__ import annotations

@@ -309,7 +309,8 @@ class CheckSession:
                 if self.part is not None and not cfg.quiet:
                     from parity.jobs import start_up_line
 
-                    self.say(start_up_line(shard_label_of(self.part), self._created, [*marks, ("", time.perf_counter())]))
+                    marks.append(("", time.perf_counter()))
+                    self.say(start_up_line(shard_label_of(self.part), self._created, marks))
             except hooks.HookFailure as hf:
                 return hook_failure_report(LoweringReport(lowering.name, self.device, "pass"), hf, time.perf_counter())
             except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
