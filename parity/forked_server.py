@@ -69,52 +69,47 @@ def forkable() -> str | None:
 
 
 def start(ctx: Any) -> str:
-    """Make sure `ctx`'s (a forkserver context's) fork server runs, forked from this process where `forkable()`;
-    returns how it was started this time ("running": it already was)."""
+    """Make sure `ctx`'s (a forkserver context's) fork server runs, forked from this process where `forkable()`
+    when it has to be launched; returns how it was started this time ("running": it already was). Whether it runs
+    is `ensure_running`'s own question (it reaps a dead server and launches another); only its launch is replaced."""
     global how
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, util
 
     server = forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is not None and _alive(server._forkserver_pid):
-        return "running"
-    why = forkable()
-    if why is None:
-        from multiprocessing import util
-
-        real, forked = util.spawnv_passfds, []
-        util.spawnv_passfds = _forking(real, forked)
-        try:
-            forkserver.ensure_running()
-        finally:
-            util.spawnv_passfds = real
-        how = "forked" if forked else "fresh: this Python launches its fork server another way"
-    else:
+    before = getattr(server, "_forkserver_pid", None)
+    real, launched = util.spawnv_passfds, []
+    util.spawnv_passfds = _launching(real, launched)
+    try:
         forkserver.ensure_running()
-        how = f"fresh: {why}"
+    finally:
+        util.spawnv_passfds = real
+    if launched:
+        how = launched[0]
+    elif getattr(server, "_forkserver_pid", None) != before:
+        how = "fresh: this Python launches its fork server another way"
+    else:
+        return "running"
     return how
 
 
-def _alive(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == 0
-
-
-def _forking(real: Callable, forked: list[int]) -> Callable:
-    """`util.spawnv_passfds` that forks this process for the fork server's command (its pid appended to `forked`),
-    and runs `real` for any other (the resource tracker's)."""
+def _launching(real: Callable, launched: list[str]) -> Callable:
+    """`util.spawnv_passfds` that, for the fork server's command, forks this process where `forkable()` and runs
+    `real` (the fresh interpreter) where not, appending how to `launched`; any other command (the resource
+    tracker's) goes to `real`."""
 
     def spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
         code = args[-1] if len(args) >= 2 and args[-2] == "-c" else ""
         if _COMMAND not in code:
             return real(path, args, passfds)
+        why = forkable()
+        if why is not None:
+            launched.append(f"fresh: {why}")
+            return real(path, args, passfds)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid:
-            forked.append(pid)
+            launched.append("forked")
             return pid
         _become_server(code, passfds)  # never returns
         return 0  # pragma: no cover

@@ -152,3 +152,34 @@ def test_a_jobs_child_forks_its_server_before_it_imports_a_plugin(tmp_path):
     assert res.returncode == 1, said  # the plugin's lowering is the window off-by-one mutant: caught
     assert said.count("the isolated workers' fork server: forked from this process") == 2, said
     assert "my_windowed_merge  FAIL" in said, said
+
+
+def test_a_dead_server_is_replaced_by_another_fork():
+    """A server that died (killed) is found dead by `ensure_running` itself, which reaps it and launches another:
+    forked again, and a worker runs. Tried: reaping it first in `forked_server.start` left `ensure_running` a pid
+    already reaped (ChildProcessError)."""
+    out = _run("""
+        print("FIRST", isolation.start_fork_server(), isolation.start_fork_server())
+        first = server_pid()
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if open(f"/proc/{first}/stat").read().split()[2] == "Z":
+                    break
+            except OSError:
+                break
+            time.sleep(0.02)
+        how = isolation.start_fork_server()
+        print("AGAIN", how, server_pid() != first, cmdline(server_pid()) == cmdline(os.getpid()))
+        from oracle.case import Case
+        from parity.invocation import RunOptions
+        ex = isolation.IsolatedExecutor(opts=RunOptions(device="cpu"))
+        case = Case(context_lens=(3,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=4,
+                    pages=((0,),), num_pages=2, dtype="bfloat16")
+        print("STATUS", ex.run("sdpa", case).status)
+        ex.close()
+    """)
+    assert "FIRST forked running" in out, out
+    assert "AGAIN forked True True" in out, out
+    assert "STATUS pass" in out, out
