@@ -47,8 +47,8 @@ def plan_splits(programs: int, max_keys: int, device: torch.device, block_n: int
 
 
 def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_right: int | None,
-                     *, splits: int | None = None, upcast: bool | None = None, kv_rounded: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     *, splits: int | None = None, upcast: bool | None = None, kv_rounded: bool = False,
+                     round_p: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     from oracle import _fast_kernel as fk
 
     c = inputs.case
@@ -103,6 +103,7 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         int(c.block_storage == "appended"), int(fbk), int(future_block_keys_right) if fbk else -1, K, G, ps, r_tot,
         D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad, V_SPLIT=v_split, UPCAST=bool(upcast),
         **({"KV_ROUNDED": True} if kv_rounded and is_fp8 else {}),
+        **({"ROUND_P": True} if round_p else {}),
         num_warps=4, num_stages=2,
     )
     out, lse = combine_splits(acc, m, ls)

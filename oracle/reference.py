@@ -124,7 +124,8 @@ ENGINES = ("auto", "torch", "triton")
 
 def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
               future_block_keys_right: int | None = None, precision: torch.dtype = torch.float32,
-              chunk: int = DEFAULT_CHUNK, engine: str = "auto", kv_rounded: bool = False) -> OracleResult:
+              chunk: int = DEFAULT_CHUNK, engine: str = "auto", kv_rounded: bool = False,
+              round_p: bool = False) -> OracleResult:
     """Oracle attention of a case: `O [B, K, Hq, D]` and natural-log `LSE [B, K, Hq]` in `precision`.
 
     `window` overrides the case's `(left, right)` (e.g. `(W-1, 0)` for part A of a windowed merge);
@@ -140,10 +141,15 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     `kv_rounded`: read an fp8 pool's keys and values as the working dtype holds them, dequantized (`stored *
     scale`, in fp32) and rounded to the case's dtype, as a working-dtype computation over dequantized pages
     does (`working_dtype_output`); no change for a K/V cache in the working dtype.
+
+    `round_p`: the weights `exp(s - m)` (relative to the running row maximum) rounded to the case's dtype before
+    they multiply the values, the row sums taken of the unrounded weights: the order of flash kernels, which feed
+    `P` to the tensor cores in the working dtype (`working_dtype_output`). Not the oracle: a yardstick.
     """
     check_inputs(inputs)
-    if not isinstance(kv_rounded, bool):
-        raise InvalidInput("kv_rounded", f"True or False, got {kv_rounded!r}")
+    for flag, v in (("kv_rounded", kv_rounded), ("round_p", round_p)):
+        if not isinstance(v, bool):
+            raise InvalidInput(flag, f"True or False, got {v!r}")
     if precision not in (torch.float32, torch.float64):
         raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
     if not isinstance(chunk, int) or chunk < 1:
@@ -162,19 +168,19 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     dev = inputs.q.device
     if engine == "auto":
         engine = "triton" if (dev.type == "cuda" and precision == torch.float32 and key_mask is None
-                              and _triton_engine_ready(dev)) else "torch"
+                              and triton_engine_ready(dev)) else "torch"
     if engine == "triton":
         if precision != torch.float32:
             raise InvalidInput("precision", f"torch.float32 with engine='triton' (fp64: engine='torch'), got {precision}")
         if key_mask is not None:
             raise InvalidInput("key_mask", "None with engine='triton' (an explicit key mask needs engine='torch')")
-        if not _triton_engine_ready(dev):
+        if not triton_engine_ready(dev):
             raise InvalidInput("engine", f"'torch' for tensors on {dev}: the Triton engine needs triton and "
                                "CUDA tensors (or, for CPU tensors, TRITON_INTERPRET=1 set before triton is imported)")
         from oracle._fast import attention_triton
 
         with _exact_fp32_matmul():
-            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded)
+            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded, round_p=round_p)
         return OracleResult(out=out, lse=lse)
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
@@ -188,6 +194,7 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         key_mask = fmask if key_mask is None else (key_mask & fmask)
 
     lens = inputs.context_lens.to(torch.long)
+    p_dtype = inputs.q.dtype if round_p else None
     q = inputs.q.to(precision).view(B, K, Hkv, G, D)
     scale = c.softmax_scale
     m = torch.full((B, Hkv, G, K), float("-inf"), dtype=precision, device=dev)
@@ -196,7 +203,7 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     with _exact_fp32_matmul():
         for t0 in range(0, T, chunk):
             t1 = min(T, t0 + chunk)
-            k, v, valid = _gather_chunk(inputs, t0, t1, lens, precision, kv_rounded)
+            k, v, valid = gather_keys(inputs, t0, t1, lens, precision, kv_rounded)
             vis = _visible_chunk(c, window, t0, t1, lens) & valid.unsqueeze(1)  # [B, K, C]
             vis = vis.view(B, 1, 1, K, t1 - t0)
             if key_mask is not None:
@@ -209,7 +216,8 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
             alpha = torch.exp(m - m_safe)
             p = torch.exp(s - m_safe.unsqueeze(-1))
             l = l * alpha + p.sum(dim=-1)
-            acc = acc * alpha.unsqueeze(-1) + torch.einsum("bhgkc,bchd->bhgkd", p, v)
+            pw = p if p_dtype is None else p.to(p_dtype).to(precision)
+            acc = acc * alpha.unsqueeze(-1) + torch.einsum("bhgkc,bchd->bhgkd", pw, v)
             m = m_new
     has = l > 0
     out = torch.where(has.unsqueeze(-1), acc / torch.where(has, l, torch.ones_like(l)).unsqueeze(-1),
@@ -244,23 +252,14 @@ def kv_read_exactly(case: Case) -> bool:
     return all(fp8_dequantizes_exactly(s, case.dtype) for s in (case.k_scale, case.v_scale))
 
 
-def working_dtype_output(inputs: Inputs, oracle_out: torch.Tensor | None = None) -> torch.Tensor:
-    """What the working dtype alone costs: `[B, K, Hq, D]` in the case's dtype, the fp32 attention over the values
-    a working-dtype computation reads (q and the block as given, an fp8 pool dequantized and rounded to the
-    working dtype: `kv_rounded`), rounded once to the working dtype. It is what torch SDPA computes for a
-    working-dtype call over the gathered pages (its math backend upcasts q, k and v to fp32, attends in fp32 and
-    rounds the output), up to the order of its fp32 sums: the judge's yardstick (`parity.yardstick`).
-
-    `oracle_out`: the case's own fp32 oracle output (`attention(inputs).out`); where the pool is in the working
-    dtype, or fp8 with scales that dequantize exactly into it (`kv_read_exactly`), it is that very attention,
-    rounded as is (no second pass)."""
-    c = inputs.case
-    if oracle_out is not None and kv_read_exactly(c):
-        if tuple(oracle_out.shape) != tuple(inputs.q.shape) or oracle_out.dtype != torch.float32:
-            raise InvalidInput("oracle_out", f"the case's fp32 oracle output of shape {tuple(inputs.q.shape)}, "
-                               f"got {oracle_out.dtype} {tuple(oracle_out.shape)}")
-        return oracle_out.to(inputs.q.dtype)
-    return attention(inputs, kv_rounded=True).out.to(inputs.q.dtype)
+def working_dtype_output(inputs: Inputs) -> torch.Tensor:
+    """What the working dtype costs a correct kernel: `[B, K, Hq, D]` in the case's dtype, computed in the order of
+    flash kernels, the working dtype's real arithmetic: the values a working-dtype computation reads (q and the
+    block as given, an fp8 pool dequantized and rounded to the working dtype: `kv_rounded`), fp32 scores of exact
+    products, the weights `exp(s - m)` rounded to the working dtype before `P.V` (`round_p`), fp32 sums, the output
+    rounded once. The judge's yardstick (`parity.yardstick`): a kernel may be off by a multiple of this one's error.
+    One fp32 pass of the oracle's engine (the Triton kernel's `ROUND_P` variant on a GPU)."""
+    return attention(inputs, kv_rounded=True, round_p=True).out.to(inputs.q.dtype)
 
 
 def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
@@ -281,7 +280,7 @@ def triton_kernel():
     return ORACLE_KERNEL
 
 
-def _triton_engine_ready(device: torch.device) -> bool:
+def triton_engine_ready(device: torch.device) -> bool:
     """Triton importable, and the tensors on CUDA, or on the CPU with the interpreter switched on."""
     try:
         import triton  # noqa: F401
@@ -292,7 +291,21 @@ def _triton_engine_ready(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 
-def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype,
+def _pool_rows(pool: torch.Tensor, layout: str, pid: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """`[B, C, Hkv, D]`: the pool's rows at pages `pid` and slots `slot` (`[B, C]` each), NHD or HND, by one
+    `index_select` (several times faster than advanced indexing on a CPU)."""
+    n, a, b, D = pool.shape
+    B, C = pid.shape
+    if not pool.is_contiguous():
+        return pool[pid, slot] if layout == "NHD" else pool[pid, :, slot]
+    if layout == "NHD":  # [pages, slot, head, D]
+        return pool.view(n * a, b, D).index_select(0, (pid * a + slot).reshape(-1)).view(B, C, b, D)
+    heads = torch.arange(a, device=pid.device).view(1, 1, a) * b  # HND [pages, head, slot, D]
+    idx = (pid * (a * b) + slot).unsqueeze(-1) + heads
+    return pool.view(n * a * b, D).index_select(0, idx.reshape(-1)).view(B, C, a, D)
+
+
+def gather_keys(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precision: torch.dtype,
                   kv_rounded: bool = False):
     """Keys/values of absolute positions `t0..t1-1` for every request: `k, v [B, C, Hkv, D]` in
     `precision` (zero where invalid) and `valid [B, C]` (`t < L_b + K`); `kv_rounded`: an fp8 pool's values
@@ -310,24 +323,21 @@ def _gather_chunk(inputs: Inputs, t0: int, t1: int, lens: torch.Tensor, precisio
     pid = torch.where(from_pool, pid, torch.zeros_like(pid))
     slot = (t % ps).expand(B, -1)
     fp8 = TORCH_DTYPES["float8_e4m3fn"]
+    valid = in_ctx | in_blk
+    if c.block_storage == "dense":  # the block's (request, position) pairs in this chunk: a few, written in place
+        bi, ci = in_blk.nonzero(as_tuple=True)
+        bj = (t0 + ci) - lens[bi]
 
-    def read_pool(pool: torch.Tensor, kv_scale: float) -> torch.Tensor:
-        x = pool[pid, slot] if c.layout == "NHD" else pool[pid, :, slot]  # [B, C, Hkv, D] either way
+    def read(pool: torch.Tensor, block: torch.Tensor, kv_scale: float) -> torch.Tensor:
+        x = _pool_rows(pool, c.layout, pid, slot)
         if pool.dtype == fp8 and kv_rounded:
-            return (x.to(torch.float32) * kv_scale).to(inputs.q.dtype).to(precision)
-        x = x.to(precision)
-        return x * kv_scale if pool.dtype == fp8 else x
+            x = (x.to(torch.float32) * kv_scale).to(inputs.q.dtype).to(precision)
+        elif pool.dtype == fp8:
+            x = x.to(precision).mul_(kv_scale)
+        else:
+            x = x.to(precision)
+        if c.block_storage == "dense":
+            x[bi, ci] = block[bi, bj].to(precision)
+        return x.masked_fill_(~valid.view(B, -1, 1, 1), 0.0)
 
-    k = read_pool(inputs.k_pool, c.k_scale)
-    v = read_pool(inputs.v_pool, c.v_scale)
-    if c.block_storage == "dense":
-        j = torch.clamp(t - Lb, 0, K - 1)
-        bidx = torch.arange(B, device=dev).view(-1, 1).expand_as(j)
-        kb = inputs.k_block[bidx, j].to(precision)
-        vb = inputs.v_block[bidx, j].to(precision)
-        sel = in_blk.view(B, -1, 1, 1)
-        k = torch.where(sel, kb, k)
-        v = torch.where(sel, vb, v)
-    valid = (in_ctx | in_blk).view(B, -1, 1, 1)
-    zero = torch.zeros((), dtype=precision, device=dev)
-    return torch.where(valid, k, zero), torch.where(valid, v, zero), valid.view(B, -1)
+    return read(inputs.k_pool, inputs.k_block, c.k_scale), read(inputs.v_pool, inputs.v_block, c.v_scale), valid

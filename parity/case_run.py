@@ -25,9 +25,10 @@ from oracle.inputs import Inputs
 from parity import footprint, hooks, memory
 from parity.hardening import KernelNames, output_buffer_failures, rerun_failures, untouched_failures
 from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
+from parity.golden import GoldenOracle
 from parity.judge import Comparison, compare
 from parity.policy import Policy, Tolerance, ToleranceSource
-from parity.yardstick import RoundedOracle
+from parity.yardstick import WorkingDtype
 from parity.outcome import INVALID, PHASES, CaseOutcome  # noqa: F401  (PHASES: re-exported)
 
 phase_barrier: Callable[[], None] | None = None
@@ -65,13 +66,13 @@ class _Phase:
 def run_yardstick(yardstick, inputs: Inputs, opts: RunOptions, outcome: CaseOutcome,
                   oracle_out: torch.Tensor | None = None):
     """The yardstick's output `[B, K, Hq, D]`, or None, with the reason in `outcome.skipped`, when its working
-    set does not fit. The default (`parity.yardstick.RoundedOracle`) rounds `oracle_out`, the case's oracle
-    output, or attends once more over an fp8 pool's rounded values. A lowering as the yardstick: one that
+    set does not fit. The default (`parity.yardstick.WorkingDtype`, and `RoundedOracle`) attends once more in the
+    working dtype's order (the rounded oracle: rounds `oracle_out` where it can). A lowering as the yardstick: one that
     declares `reads_inputs_only` (`sdpa`: checked as a lowering, its untouched-input check passes) runs on the
     inputs themselves; any other on a copy of them, or on the inputs when a copy does not fit."""
     case = inputs.case
-    if isinstance(yardstick, RoundedOracle):
-        if not memory.fits(outcome, memory.YARDSTICK, case, opts, footprint.rounded_oracle_bytes(case),
+    if isinstance(yardstick, WorkingDtype):
+        if not memory.fits(outcome, memory.YARDSTICK, case, opts, footprint.working_dtype_bytes(case),
                            "the working-dtype yardstick's working set"):
             return None
         return yardstick.output(inputs, oracle_out)
@@ -141,7 +142,9 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     with _Phase(outcome, "build"):
         inputs, bufs = prepare_inputs(lowering, case, opts)
     with _Phase(outcome, "oracle"):
-        ref = reference.attention(inputs)
+        golden = GoldenOracle(inputs, policy.for_case(lowering.name, case.dtype, ())[0],
+                              yardstick=bool(opts.yardstick and yardstick is not None))
+        ref = golden.attention()
     bad = oracle_problem(case, ref)
     if bad:  # no output can be judged against it: the case is bad input, never a pass
         return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
@@ -176,10 +179,17 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
         return outcome
     tol, src = tolerance_for(policy, lowering, case, outcome.calls, outcome.observed)  # from what ran
     outcome.bounds, outcome.bounds_why = src.label, src.because
+    with _Phase(outcome, "oracle"):
+        ref = golden.confirm(tol, ref)
+    outcome.oracle = {"precision": golden.precision, "share": golden.oracle_share}
+    bad = golden.problem()
+    if bad:
+        return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
     with _Phase(outcome, "judge"):
         if bufs is not None:
             outcome.failures.extend(output_buffer_failures(result, bufs))
-        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out, bound_from=src.citations())
+        comparisons = judge_result(lowering, case, inputs, result, ref, tol, yard_out, bound_from=src.citations(),
+                                   oracle=golden, yardstick_name=getattr(yardstick, "name", None))
         for c in comparisons:
             c.figures["bounds"] = src.label
         outcome.comparisons = comparisons
@@ -225,16 +235,18 @@ def tolerance_for(policy: Policy, lowering: Lowering, case: Case, calls: dict[st
 
 
 def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: LoweringResult,
-                 ref: reference.OracleResult, tol, yard_out, bound_from: dict[str, str] | None = None
-                 ) -> list[Comparison]:
-    """The main comparison, then one per partial (each against the oracle over its own key subset);
-    `bound_from` (`ToleranceSource.citations()`) is quoted next to each bound a failure names."""
+                 ref: reference.OracleResult, tol, yard_out, bound_from: dict[str, str] | None = None,
+                 oracle: GoldenOracle | None = None, yardstick_name: str | None = None) -> list[Comparison]:
+    """The main comparison, then one per partial (each against the oracle over its own key subset, in the precision
+    `oracle` chose for the case: fp32 without one); `bound_from` (`ToleranceSource.citations()`) is quoted next to
+    each bound a failure names."""
     lse_nat = lse_to_natural(result.lse.float(), lowering.lse_base) if result.lse is not None else None
     comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
-                     yardstick_out=yard_out, bound_from=bound_from)]
+                     yardstick_out=yard_out, bound_from=bound_from, yardstick_name=yardstick_name)]
+    attend = oracle.attention if oracle is not None else (lambda **kw: reference.attention(inputs, **kw))
     for name, part in result.partials.items():
-        pref = reference.attention(inputs, window=part.window, key_mask=part.key_mask,
-                                   future_block_keys_right=part.future_block_keys_right)
+        pref = attend(window=part.window, key_mask=part.key_mask,
+                      future_block_keys_right=part.future_block_keys_right)
         comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
                              pref.out, pref.lse, dtype=case.dtype, tol=tol, bound_from=bound_from))
     return comps

@@ -332,6 +332,9 @@ def _finish(config, data: dict, report_dir: Path, t0: float) -> int:
             line = report_mod.phase_line(v)
             if line:
                 print(f"  time {name}: {line}", file=sys.stderr)
+            line = report_mod.oracle_line(v)
+            if line:
+                print(f"  oracle {name}: {line}", file=sys.stderr)
     for entry in data.get("tolerances_unmatched", []):  # a typo must not leave the default in place unseen
         print(report_mod.unmatched_line(data.get("tolerances") or "tolerances.toml", entry), file=sys.stderr)
     failed = [(n, v) for n, v in data["lowerings"].items() if v["status"] == "fail"]

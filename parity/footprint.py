@@ -89,15 +89,12 @@ def yardstick_bytes(case: Shape) -> int:
     return gathered + per_group
 
 
-def rounded_oracle_bytes(case: Shape) -> int:
-    """The default yardstick's working set (`parity.yardstick.RoundedOracle`): its output in the working dtype,
-    and for an fp8 pool the oracle's second pass (`oracle_bytes`, its fp32 output and LSE)."""
+def working_dtype_bytes(case: Shape) -> int:
+    """The default yardstick's working set (`parity.yardstick.WorkingDtype`): one pass of the oracle's engine
+    (`oracle_bytes`), its fp32 output and LSE, and its output in the working dtype."""
     c = case
     rows = c.batch_size * c.block_size * c.num_q_heads
-    out = rows * c.head_dim * _SIZE[c.dtype]
-    if c.kv_dtype == c.dtype:
-        return out
-    return out + oracle_bytes(c) + rows * (c.head_dim + 1) * 4
+    return rows * c.head_dim * _SIZE[c.dtype] + oracle_bytes(c) + rows * (c.head_dim + 1) * 4
 
 
 def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
@@ -126,7 +123,7 @@ def lease_bytes(case: Shape, *, hardening: bool = True) -> int:
 
 
 def _with_sets(case: Shape, sets: int) -> int:
-    # `yardstick_bytes` (the `sdpa` yardstick's, at least the default's `rounded_oracle_bytes`): the estimate the
+    # `yardstick_bytes` (the `sdpa` yardstick's, at least the default's `working_dtype_bytes`): the estimate the
     # strategies draw under, kept so that the drawn cases stay the same.
     return (sets + LOWERING_COPIES) * input_bytes(case) + oracle_bytes(case) + yardstick_bytes(case)
 

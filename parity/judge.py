@@ -16,6 +16,7 @@ import torch
 
 from oracle.ulp import ulp
 from parity.policy import Tolerance
+from parity.yardstick import describe as yardstick_describe
 
 
 @dataclass
@@ -71,11 +72,13 @@ def _nonfinite_line(label: str, n: int, out: torch.Tensor, bad: torch.Tensor, na
 
 def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out: torch.Tensor,
             ref_lse: torch.Tensor, *, dtype: str, tol: Tolerance,
-            yardstick_out: torch.Tensor | None = None, bound_from: Mapping[str, str] | None = None) -> Comparison:
+            yardstick_out: torch.Tensor | None = None, bound_from: Mapping[str, str] | None = None,
+            yardstick_name: str | None = None) -> Comparison:
     """Judge `out [B, K, Hq, D]` and natural-log `lse_nat [B, K, Hq]` against the oracle's fp32 values.
 
     Criteria (docs/semantics.md 5): max abs error in ulps of `max |O_ref|`; relative L2; the yardstick rule
-    when `yardstick_out` (the case attended in the working dtype: `parity.yardstick`) is given; LSE abs error in natural-log units;
+    when `yardstick_out` (the case attended in the working dtype: `parity.yardstick`, named `yardstick_name` in a
+    failure) is given; LSE abs error in natural-log units;
     NaN/Inf where the oracle is finite always fails. `bound_from` (tolerance key -> "from [entry]: reason",
     `ToleranceSource.citations()`) is quoted next to each bound a failure names.
     """
@@ -156,8 +159,9 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
                 terms += (f" + {tol.yardstick_score_rel:g} x |LSE_ref| {lse_scale:.6g} x max|O_ref| {ref_max:.4g}"
                           + (f" ({score_src.strip()})" if score_src else ""))
             cmp.failures.append(
-                f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x the working-dtype SDPA's "
-                f"{y_err:.4g}{terms} = {bound:.4g} (yardstick{src('yardstick_factor')})")
+                f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x "
+                f"{yardstick_describe(yardstick_name, dtype)} error {y_err:.4g}{terms} = {bound:.4g} "
+                f"(yardstick rule{src('yardstick_factor')})")
     if lse_nat is not None:
         cmp_lse(cmp, label, lse_nat, ref_lse, tol, bound_from)
     return cmp

@@ -106,6 +106,8 @@ class CaseOutcome:
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (see PHASES)
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it did not run (device memory)
     retried: dict[str, str] = field(default_factory=dict)  # why -> what happened (judged again alone after an OOM)
+    oracle: dict[str, Any] = field(default_factory=dict)  # {"precision": "float32"|"float64", "share": its error
+    # bound over the tightest bound applied} (`parity.golden`)
 
     @property
     def passed(self) -> bool:
@@ -130,6 +132,7 @@ class CaseOutcome:
                 "bounds_why": self.bounds_why, "seconds": round(self.seconds, 4),
                 "phases": {k: round(v, 5) for k, v in self.phases.items()}, "skipped": dict(self.skipped),
                 **({"retried": dict(self.retried)} if self.retried else {}),
+                **({"oracle": dict(self.oracle)} if self.oracle else {}),
                 "comparisons": [jsonable(c.to_json()) for c in self.comparisons]}
 
     @classmethod
@@ -147,7 +150,8 @@ class CaseOutcome:
                    bounds=data.get("bounds", ""), bounds_why=data.get("bounds_why", ""), reason=data.get("reason", ""),
                    seconds=float(data.get("seconds", 0.0)),
                    phases={k: float(v) for k, v in data.get("phases", {}).items()},
-                   skipped=dict(data.get("skipped", {})), retried=dict(data.get("retried", {})))
+                   skipped=dict(data.get("skipped", {})), retried=dict(data.get("retried", {})),
+                   oracle={k: unjson(v) for k, v in (data.get("oracle") or {}).items()})
 
     def summary(self) -> str:
         if self.status == "unsupported":
@@ -258,6 +262,7 @@ class LoweringReport:
     skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
     retried: dict = field(default_factory=dict)  # why -> {"cases": n, "why": the first case's} (judged again alone)
     shards: int = 0  # the processes it ran in, when more than one (merged parts)
+    oracle: dict = field(default_factory=dict)  # precision -> cases judged against it; "worst_share" (parity.golden)
 
     @property
     def worst_margin(self) -> float:
@@ -277,6 +282,7 @@ class LoweringReport:
         _add_counted(self.skipped, other.skipped)
         _add_counted(self.retried, other.retried)
         _add_counted(self.bounds, other.bounds)
+        _add_oracle(self.oracle, other.oracle)
         for k, v in other.phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
         if not same_process:
@@ -313,6 +319,8 @@ class LoweringReport:
             rep.compile_families = {family: sum(out.compiles.values())}
         if out.bounds:
             rep.bounds = {out.bounds: {"cases": 1, "why": out.bounds_why}}
+        if out.oracle:
+            rep.oracle = {out.oracle["precision"]: 1, "worst_share": float(out.oracle["share"])}
         rep.classes = {case_class(out.case): {"cases": 1, "failed": int(out.status == "fail")}}
         rep.compiles = dict(out.compiles)
         rep.calls_checked = int(bool(out.expected_calls))
@@ -389,6 +397,8 @@ class LoweringReport:
             "bounds": {k: dict(v) for k, v in self.bounds.items()},
             "drawn": self.drawn, "skipped": self.skipped,
         }
+        if self.oracle:  # how the golden reference judged the cases (parity.golden); none for a stub
+            entry["oracle"] = dict(self.oracle)
         if self.retried:  # written only when some case was judged again
             entry["retried"] = self.retried
         if self.shards:
@@ -428,6 +438,7 @@ class LoweringReport:
                   retried={k: dict(v) for k, v in (entry.get("retried") or {}).items()},
                   shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)))
         _add_drawn(rep.drawn, entry.get("drawn") or {})
+        _add_oracle(rep.oracle, entry.get("oracle") or {})
         worst = case("worst_case")
         if worst is not None:
             rep.worst = outcome(worst, "pass", entry.get("worst_figures") or {}, float(unjson(entry.get("worst_margin", 0.0))))
@@ -446,6 +457,16 @@ class LoweringReport:
             rep.failures.append(Failure(out, shrunk=bool(f.get("shrunk")), sanitizer=str(f.get("sanitizer", "")),
                                         saved=dict(f)))
         return rep
+
+
+def _add_oracle(into: dict, other: dict) -> None:
+    """Fold `other`'s oracle tally (cases per precision, the worst share) into `into`."""
+    for k, v in other.items():
+        if k == "worst_share":
+            v = float(unjson(v))
+            into[k] = max(float(into.get(k, 0.0)), v) if math.isfinite(v) else v
+        else:
+            into[k] = int(into.get(k, 0)) + int(v)
 
 
 def merge_entries(entries: Sequence[dict[str, Any]], lowering: str = "", device: str = "") -> dict[str, Any]:

@@ -324,6 +324,18 @@ def phase_line(v: dict[str, Any]) -> str:
     return rate + ", ".join(f"{k} {100 * x / total:.0f}%" for k, x in sorted(ph.items(), key=lambda kv: -kv[1]))
 
 
+def oracle_line(v: dict[str, Any]) -> str:
+    """`"12 case(s) in fp32, 71 in fp64; its error bound at most 0.031 of the tightest bound"` ('' if none): how the
+    golden reference (`parity.golden`) judged a lowering's cases."""
+    tally = v.get("oracle") or {}
+    n32, n64 = int(tally.get("float32", 0)), int(tally.get("float64", 0))
+    if not n32 + n64:
+        return ""
+    worst = tally.get("worst_share")
+    return (f"{n32} case(s) in fp32, {n64} in fp64; its error bound at most {float(worst):.2g} of the tightest bound"
+            if worst is not None else f"{n32} case(s) in fp32, {n64} in fp64")
+
+
 def settings_line(data: dict[str, Any]) -> str:
     """`seed None (derandomized), 60 cases per lowering, hardening on, isolation on, ...` of a v2 report."""
     st = data.get("settings", {})
@@ -382,6 +394,10 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
         line = phase_line(v)
         if line:
             lines.append(f"- `{name}` time: {line}")
+    for name, v in lows.items():
+        line = oracle_line(v)
+        if line:
+            lines.append(f"- `{name}` oracle: {line}")
     for name, v in lows.items():
         if v.get("bounds"):
             lines.append(f"- `{name}` bounds: " + "; ".join(f"`{e}` on {u['cases']} case(s) ({u['why']})"

@@ -208,11 +208,32 @@ def test_kv_rounded_engines_agree(k_scale, v_scale, dtype, layout, storage):
 
 @pytest.mark.parametrize("engine", ["torch", "triton"])
 def test_kv_rounded_changes_nothing_where_the_scales_are_exact(engine):
-    """Power-of-two scales dequantize e4m3 exactly into the working dtype: `kv_rounded` gives the same bits (what
-    lets the yardstick reuse the oracle's output there: `oracle.reference.working_dtype_output`)."""
+    """Power-of-two scales dequantize e4m3 exactly into the working dtype: `kv_rounded` gives the same bits (the
+    yardstick, `oracle.reference.working_dtype_output`, then reads the pool as the oracle does)."""
     case = build_case((5, 40), 3, 2, 2, 64, 16, dtype="bfloat16", kv_dtype="float8_e4m3fn", k_scale=0.25,
                       v_scale=4.0)
     inputs = materialize(case, "cuda" if ON_GPU else "cpu")
     a = attention(inputs, engine=engine)
     b = attention(inputs, engine=engine, kv_rounded=True)
     assert torch.equal(a.out, b.out) and torch.equal(a.lse, b.lse)
+
+
+@pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("float16", "float8_e4m3fn")])
+def test_round_p_engines_agree(dtype, kv_dtype):
+    """`round_p` (the yardstick's flash order: the weights rounded to the working dtype before P.V): the Triton
+    engine's `ROUND_P` variant and the torch engine's give working-dtype outputs at most one step apart (their
+    tiles differ, so the running maxima the weights are rounded against differ), and rounding moves the output
+    (the switch is not a no-op)."""
+    scales = {"k_scale": 0.37, "v_scale": 1.3} if kv_dtype == "float8_e4m3fn" else {}
+    case = build_case((0, 300, 70), 5, 2, 3, 64, 16, dtype=dtype, kv_dtype=kv_dtype, **scales)
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    wd = inputs.q.dtype
+    mine = attention(inputs, engine="torch", kv_rounded=True, round_p=True).out.to(wd).double()
+    plain = attention(inputs, engine="torch", kv_rounded=True).out.to(wd).double()
+    step = torch.finfo(wd).eps
+    for splits in (1, 3):
+        out, _ = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True, round_p=True)
+        theirs = out.to(wd).double()
+        apart = (mine - theirs).abs().max().item() / (step * mine.abs().max().item())
+        assert apart <= 2, f"{case.short()} splits={splits}: {apart:.2f} steps of max|O| apart"
+    assert (mine != plain).sum() > mine.numel() // 50, "rounding the weights changed nearly nothing"

@@ -65,14 +65,16 @@ def launch_keys(monkeypatch):
     return rec
 
 
-def _keys_of(case_list, rec) -> set:
+def _keys_of(case_list, rec, *, yardstick: bool = False) -> set:
+    """The variants `case_list` launches: the oracle's, or (`yardstick`) the yardstick's (`ROUND_P`, kv rounded)."""
     from oracle._fast import attention_triton
 
     rec.keys = set()
     for case in case_list:
         rec.case = case  # what a mutant launcher may read
         fbk = 1 if case.seed % 2 else None  # the window-B mask on for some: a run-time switch
-        attention_triton(materialize(case, "cpu"), case.window, fbk, upcast=True)
+        extra = {"kv_rounded": True, "round_p": True} if yardstick else {}
+        attention_triton(materialize(case, "cpu"), case.window, None if yardstick else fbk, upcast=True, **extra)
     return set(rec.keys)
 
 
@@ -105,7 +107,10 @@ def test_the_variants_cover_every_drawn_launch(launch_keys):
     assert prod.max_production_context and prod.models, "the gpu profile draws production rows on CUDA"
     listed = _keys_of([c for kind, c in pc.variant_cases(prod) if kind == "oracle"], launch_keys)
     assert seen <= listed, f"drawn launches no precompiled variant covers: {sorted(seen - listed)[:2]}"
-    assert len(listed) == len(pc.variant_cases(prod)) - len([1 for k, _ in pc.variant_cases(prod) if k == "build"])
+    assert len(listed) == len([1 for k, _ in pc.variant_cases(prod) if k == "oracle"])
+    yard = _keys_of([c for kind, c in pc.variant_cases(prod) if kind == "yardstick"], launch_keys, yardstick=True)
+    assert _keys_of(drawn, launch_keys, yardstick=True) <= yard, "a drawn yardstick launch no variant covers"
+    assert not yard & listed and all(("ROUND_P", True) in k for k in yard)
     # The check can fail: a list built for GQA groups of 1 misses the drawn row blocks of 32 and 64.
     from oracle.reference import triton_variant_cases
 
