@@ -18,6 +18,7 @@ from oracle.inputs import TORCH_DTYPES, Inputs, page_table_int32
 
 BLOCK_N = 64
 MAX_BLOCK_R = 64
+BLOCK_N_F64, MAX_BLOCK_R_F64 = 32, 32  # fp64 tiles: half as many keys and rows (registers)
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -48,8 +49,13 @@ def plan_splits(programs: int, max_keys: int, device: torch.device, block_n: int
 
 def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_right: int | None,
                      *, splits: int | None = None, upcast: bool | None = None, kv_rounded: bool = False,
-                     round_p: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     round_p: bool = False, precision: torch.dtype = torch.float32
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton engine's `(out, lse)` in `precision` (fp32: exact products, fp32 sums; fp64: the `F64` variant,
+    fp64 throughout, in smaller tiles); `kv_rounded` and `round_p` (fp32 only): the yardstick's reading and order."""
     from oracle import _fast_kernel as fk
+
+    f64 = precision == torch.float64
 
     c = inputs.case
     B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
@@ -58,12 +64,13 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     if upcast is None:
         upcast = interpreting()
     R = K * G
-    block_r = min(MAX_BLOCK_R, _pow2_at_least(R))
+    block_n = BLOCK_N_F64 if f64 else BLOCK_N
+    block_r = min(MAX_BLOCK_R_F64 if f64 else MAX_BLOCK_R, _pow2_at_least(R))
     n_rb = math.ceil(R / block_r)
     r_tot = n_rb * block_r
     d_pad = _pow2_at_least(D)
     k_pad = _pow2_at_least(K)
-    n_splits = splits or plan_splits(B * Hkv * n_rb, c.max_keys, dev)
+    n_splits = splits or plan_splits(B * Hkv * n_rb, c.max_keys, dev, block_n)
 
     q = inputs.q if inputs.q.stride(-1) == 1 else inputs.q.contiguous()
     kb = inputs.k_block if inputs.k_block.stride(-1) == 1 else inputs.k_block.contiguous()
@@ -88,9 +95,14 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     fbk = future_block_keys_right is not None
 
     programs = B * Hkv
-    acc = torch.empty((n_splits, programs, r_tot, d_pad), dtype=torch.float32, device=dev)
-    m = torch.empty((n_splits, programs, r_tot), dtype=torch.float32, device=dev)
-    ls = torch.empty((n_splits, programs, r_tot), dtype=torch.float32, device=dev)
+    acc_t = torch.float64 if f64 else torch.float32
+    acc = torch.empty((n_splits, programs, r_tot, d_pad), dtype=acc_t, device=dev)
+    m = torch.empty((n_splits, programs, r_tot), dtype=acc_t, device=dev)
+    ls = torch.empty((n_splits, programs, r_tot), dtype=acc_t, device=dev)
+    f64_args = {}
+    if f64:  # the scales in fp64 (Python floats, exact), read by the kernel from a tensor
+        sc = torch.tensor([float(c.softmax_scale) * k_scale, v_scale, float(c.softmax_scale)], dtype=torch.float64)
+        f64_args = {"F64": True, "SC": sc.to(dev, non_blocking=True)}
     grid = (programs, n_rb, n_splits)
     fk.ORACLE_KERNEL[grid](
         q, kp, vp, kb, vb, pt, lens, acc, m, ls,
@@ -101,9 +113,10 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         pt.stride(0), pt.stride(1),
         Hkv, n_splits, float(c.softmax_scale), k_scale, v_scale, int(left), int(right),
         int(c.block_storage == "appended"), int(fbk), int(future_block_keys_right) if fbk else -1, K, G, ps, r_tot,
-        D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=BLOCK_N, K_PAD=k_pad, V_SPLIT=v_split, UPCAST=bool(upcast),
+        D=D, D_PAD=d_pad, BLOCK_R=block_r, BLOCK_N=block_n, K_PAD=k_pad, V_SPLIT=v_split, UPCAST=bool(upcast),
         **({"KV_ROUNDED": True} if kv_rounded and is_fp8 else {}),
         **({"ROUND_P": True} if round_p else {}),
+        **f64_args,
         num_warps=4, num_stages=2,
     )
     out, lse = combine_splits(acc, m, ls)
@@ -114,15 +127,16 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
 
 
 def variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
-                  max_block: int, max_group: int) -> list[Case]:
+                  max_block: int, max_group: int, f64: bool = False) -> list[Case]:
     """Tiny cases (one request, one key) that launch every compiled variant of the kernel cases of these shapes
     launch: one per head dim, dtype, KV dtype (a name, or "same") and (key padding, row block) reachable with
     blocks of 1..`max_block` queries and GQA groups of 1..`max_group`. Everything else a case varies (lengths,
     pages, windows, storage, the window-B mask, strides, the page table's dtype) is a run-time argument."""
     shapes: dict[tuple[int, int], tuple[int, int]] = {}  # (K_PAD, BLOCK_R) -> the first (K, G) giving it
+    most_r = MAX_BLOCK_R_F64 if f64 else MAX_BLOCK_R  # (`f64`: the `F64` variant's row blocks)
     for K in range(1, max_block + 1):
         for G in range(1, max_group + 1):
-            shapes.setdefault((_pow2_at_least(K), min(MAX_BLOCK_R, _pow2_at_least(K * G))), (K, G))
+            shapes.setdefault((_pow2_at_least(K), min(most_r, _pow2_at_least(K * G))), (K, G))
     out = []
     for D in head_dims:
         for dtype in dtypes:

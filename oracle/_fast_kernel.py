@@ -15,6 +15,8 @@ product is exact and every sum is an fp32 sum. The tensor cores are used without
   and the products summed in fp32: `p @ v` to fp32 accuracy, never TF32 (TF32 would round p to 11 bits).
 - `ROUND_P` (the judge's yardstick, `reference.working_dtype_output`): `p` rounded to q's dtype and one
   tensor-core dot with the values in q's dtype, the order of flash kernels; off, the kernel is the one above.
+- `F64` (the golden reference, `oracle.reference.attention(precision=torch.float64)` on a GPU): q, k and v in fp64,
+  fp64 dots, softmax and accumulators, the scales read in fp64 from `SC` (`[scale * k_scale, v_scale, scale]`).
 - exponentials and the online softmax in fp32, like the torch engine; splits of the key range across
   programs (flash-decoding) combine in fp32 in `combine_splits`.
 
@@ -47,10 +49,12 @@ def _nearest_bf16(x):
 @triton.jit
 def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
           qk_scale, v_scale, left, right, fbk, fbk_right, K,
-          V_SPLIT: tl.constexpr, UPCAST: tl.constexpr, ROUND_P: tl.constexpr):
+          V_SPLIT: tl.constexpr, UPCAST: tl.constexpr, ROUND_P: tl.constexpr, F64: tl.constexpr = False):
     """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax; `fbk`
     (0/1, run time): part B of a windowed merge, only the later block keys."""
-    if UPCAST:
+    if F64:  # through fp32 (exact): fp8 converts to fp64 no other way
+        s = tl.dot(q.to(tl.float32).to(tl.float64), tl.trans(k.to(tl.float32).to(tl.float64)))
+    elif UPCAST:
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k.to(q.dtype)))
@@ -72,7 +76,9 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    if ROUND_P:  # the yardstick's order: P in q's dtype before P.V, as flash kernels feed the tensor cores
+    if F64:
+        pv = tl.dot(p, v.to(tl.float32).to(tl.float64))
+    elif ROUND_P:  # the yardstick's order: P in q's dtype before P.V, as flash kernels feed the tensor cores
         if UPCAST:
             if q.dtype == tl.bfloat16:
                 pw = _nearest_bf16(p)
@@ -130,6 +136,7 @@ def _oracle_kernel(
     Hkv, n_splits, sm_scale, k_scale, v_scale, left, right, appended, fbk, fbk_right, K, G, PAGE, R_TOT,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
     V_SPLIT: tl.constexpr, UPCAST: tl.constexpr, KV_ROUNDED: tl.constexpr = False, ROUND_P: tl.constexpr = False,
+    F64: tl.constexpr = False, SC=None,
 ):
     pid_bh = tl.program_id(0)
     rb = tl.program_id(1)
@@ -148,9 +155,20 @@ def _oracle_kernel(
     q = tl.load(Q + b.to(tl.int64) * s_qb + i_row[:, None] * s_qk + (h * G + g)[:, None] * s_qh + d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_R], tl.float32)
-    acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+    if F64:  # fp64 throughout, the scales read in fp64 from SC (a float argument would be rounded to fp32)
+        m_i = tl.full([BLOCK_R], float("-inf"), tl.float64)
+        l_i = tl.zeros([BLOCK_R], tl.float64)
+        acc = tl.zeros([BLOCK_R, D_PAD], tl.float64)
+        qk_pool = tl.load(SC)
+        v_pool = tl.load(SC + 1)
+        qk_block = tl.load(SC + 2)
+    else:
+        m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_R], tl.float32)
+        acc = tl.zeros([BLOCK_R, D_PAD], tl.float32)
+        qk_pool = sm_scale * k_scale
+        v_pool = v_scale
+        qk_block = sm_scale
 
     # The pool's key range for this request, narrowed by the window, then this program's split of it.
     hi = L + 0
@@ -191,8 +209,8 @@ def _oracle_kernel(
                                   V_SPLIT, UPCAST, ROUND_P)
         else:
             acc, m_i, l_i = _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                                  sm_scale * k_scale, v_scale, left, right, fbk, fbk_right, K,
-                                  V_SPLIT, UPCAST, ROUND_P)
+                                  qk_pool, v_pool, left, right, fbk, fbk_right, K,
+                                  V_SPLIT, UPCAST, ROUND_P, F64)
 
     if appended == 0:
         if sp == 0:
@@ -204,8 +222,8 @@ def _oracle_kernel(
             vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
                          mask=kv_mask, other=0.0)
             acc, m_i, l_i = _tile(q, kb, vb, L + j, j_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
-                                  sm_scale, 1.0, left, right, fbk, fbk_right, K,
-                                  V_SPLIT, UPCAST, ROUND_P)
+                                  qk_block, 1.0, left, right, fbk, fbk_right, K,
+                                  V_SPLIT, UPCAST, ROUND_P, F64)
 
     # Partials of this split: acc (unnormalized), running max, running sum, in fp32.
     base = ((sp * tl.num_programs(0) + pid_bh) * R_TOT + rows).to(tl.int64)

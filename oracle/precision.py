@@ -100,7 +100,7 @@ def bound(stats: CaseStats, precision: torch.dtype = torch.float32, engine: str 
     u = UNIT_ROUNDOFF[precision]
     n, D = max(stats.n, 1), max(stats.D, 1)
     ln_n = math.log(n)
-    if engine == "triton" and precision == torch.float32:
+    if engine == "triton":  # fp64 too: its dots' accumulation order is the compiler's, so the worst case
         c_dot = 2 * D + 3
         tile = min(n, BLOCK_N)
         gamma_acc = 2 * u * P_V_TERMS * tile + _gamma_rn(math.ceil(n / BLOCK_N) + 2, u)

@@ -134,8 +134,8 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     absolute key positions `T = max_b L_b + K`, restricts each row to any other key subset.
 
     `engine`: `"torch"` scores `chunk` keys at a time with torch ops (fp32 or fp64, any device, any
-    key mask); `"triton"` is one fp32-exact Triton kernel (`oracle/_fast.py`: exact products, fp32
-    sums, no TF32) for fp32 without an explicit `key_mask`, compiled on a GPU or interpreted on a CPU;
+    key mask); `"triton"` is one Triton kernel (`oracle/_fast.py`: in fp32 exact products, fp32 sums, no
+    TF32; in fp64 fp64 throughout) without an explicit `key_mask`, compiled on a GPU or interpreted on a CPU;
     `"auto"` (default) takes the Triton engine on CUDA where it applies, else torch.
 
     `kv_rounded`: read an fp8 pool's keys and values as the working dtype holds them, dequantized (`stored *
@@ -167,11 +167,10 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         raise InvalidInput("future_block_keys_right", f"None or an integer >= -1, got {fbk!r}")
     dev = inputs.q.device
     if engine == "auto":
-        engine = "triton" if (dev.type == "cuda" and precision == torch.float32 and key_mask is None
-                              and triton_engine_ready(dev)) else "torch"
+        engine = "triton" if dev.type == "cuda" and key_mask is None and triton_engine_ready(dev) else "torch"
     if engine == "triton":
-        if precision != torch.float32:
-            raise InvalidInput("precision", f"torch.float32 with engine='triton' (fp64: engine='torch'), got {precision}")
+        if precision != torch.float32 and (kv_rounded or round_p):
+            raise InvalidInput("precision", f"torch.float32 with kv_rounded or round_p (a yardstick), got {precision}")
         if key_mask is not None:
             raise InvalidInput("key_mask", "None with engine='triton' (an explicit key mask needs engine='torch')")
         if not triton_engine_ready(dev):
@@ -180,7 +179,8 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         from oracle._fast import attention_triton
 
         with _exact_fp32_matmul():
-            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded, round_p=round_p)
+            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded, round_p=round_p,
+                                        precision=precision)
         return OracleResult(out=out, lse=lse)
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
@@ -263,13 +263,14 @@ def working_dtype_output(inputs: Inputs) -> torch.Tensor:
 
 
 def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
-                         max_block: int, max_group: int) -> list[Case]:
+                         max_block: int, max_group: int, f64: bool = False) -> list[Case]:
     """Tiny cases that, run with `engine="triton"`, compile every variant of the Triton engine's kernel that cases
     of these head dims, dtypes, KV dtypes ("same" allowed), block sizes up to `max_block` and GQA groups up to
-    `max_group` launch (`parity.precompile` compiles them before a run's first case)."""
+    `max_group` launch (`parity.precompile` compiles them before a run's first case); `f64`: those of the fp64
+    variant, whose row blocks are smaller."""
     from oracle._fast import variant_cases
 
-    return variant_cases(tuple(head_dims), tuple(dtypes), tuple(kv_dtypes), max_block, max_group)
+    return variant_cases(tuple(head_dims), tuple(dtypes), tuple(kv_dtypes), max_block, max_group, f64)
 
 
 def triton_kernel():

@@ -95,18 +95,20 @@ class GoldenOracle:
 
     @property
     def engine(self) -> str:
-        return self.fast_engine if self.precision == "float32" else "torch"
+        """The engine the chosen precision runs on: the Triton kernel on a GPU (fp32 or its `F64` variant)."""
+        return self.fast_engine
 
     def error_bound(self) -> ErrorBound:
         return bound(self.stats, PRECISIONS[self.precision], self.engine)
 
     def attention(self, **kw) -> reference.OracleResult:
         """`oracle.reference.attention` of the case in the chosen precision (partials: `window`, `key_mask`,
-        `future_block_keys_right` as there); fp64 through the torch engine, which takes every key subset."""
+        `future_block_keys_right` as there), on `engine` (an explicit `key_mask` takes the torch engine)."""
+        engine = "auto" if self.fast_engine == "triton" else "torch"
         if self.precision == "float64":  # half the fp32 chunk: the same working set (parity.footprint.oracle_bytes)
-            return reference.attention(self.inputs, precision=torch.float64, engine="torch",
+            return reference.attention(self.inputs, precision=torch.float64, engine=engine,
                                        chunk=reference.DEFAULT_CHUNK // 2, **kw)
-        return reference.attention(self.inputs, engine="auto" if self.fast_engine == "triton" else "torch", **kw)
+        return reference.attention(self.inputs, engine=engine, **kw)
 
     def confirm(self, tol: Tolerance, ref: reference.OracleResult) -> reference.OracleResult:
         """`ref`, or the case's reference recomputed in fp64 when fp32's bound exceeds 1/10 of the tightest bound of

@@ -89,9 +89,10 @@ class Precompiled:
 
 
 def variant_cases(limits: Any) -> list[tuple[str, Any]]:
-    """`[("build" | "oracle" | "yardstick", Case)]`: a tiny case per variant of the builder's and the oracle's kernels
-    that cases drawn under `limits` (a resolved `strategies.Limits`) launch, the production rows it draws included
-    (the yardstick's: the oracle kernel's `ROUND_P` variants, `oracle.reference.working_dtype_output`)."""
+    """`[("build" | "oracle" | "golden" | "yardstick", Case)]`: a tiny case per variant of the builder's and the
+    oracle's kernels that cases drawn under `limits` (a resolved `strategies.Limits`) launch, the production rows it
+    draws included (the golden reference's `F64` variants, `parity.golden`; the yardstick's `ROUND_P` ones,
+    `oracle.reference.working_dtype_output`)."""
     from oracle.inputs import warm_build_cases
     from oracle.reference import triton_variant_cases
     from strategies import MODELS
@@ -102,7 +103,9 @@ def variant_cases(limits: Any) -> list[tuple[str, Any]]:
     max_group = max([limits.max_group, *(m.group for m in rows)])
     build = [("build", c) for c in warm_build_cases() if c.dtype in limits.dtypes]
     oracle = triton_variant_cases(head_dims, limits.dtypes, limits.kv_dtypes, max_block, max_group)
-    return build + [("oracle", c) for c in oracle] + [("yardstick", c) for c in oracle]
+    golden = triton_variant_cases(head_dims, limits.dtypes, limits.kv_dtypes, max_block, max_group, f64=True)
+    return (build + [("oracle", c) for c in oracle] + [("golden", c) for c in golden]
+            + [("yardstick", c) for c in oracle])
 
 
 def precompile(limits: Any, device: str, *, start: str = "", clock: Callable[[], float] = time.perf_counter,
@@ -264,6 +267,8 @@ def _run_unit(kind: str, case: Any, device: str) -> None:
 
     if kind == "oracle":
         attention(materialize(case, device, build="host"), engine="triton")
+    elif kind == "golden":
+        attention(materialize(case, device, build="host"), engine="triton", precision=torch.float64)
     elif kind == "yardstick":
         attention(materialize(case, device, build="host"), engine="triton", kv_rounded=True, round_p=True)
     else:

@@ -10,7 +10,8 @@ the reference's worst ratio exceeds 0.1 or a bound is below a measured error.
     python scripts/oracle_error.py [--cases 1000] [--device cpu|cuda] [--seed 0] [--regimes plain,huge,...]
 
 The fp64 reference reads each request's keys through `case.pages` (never the page-table tensor), dequantizes fp8 as
-`stored.double() * scale`, and attends every visible key at once in fp64 (no chunks, no online softmax).
+`stored.double() * scale`, and attends every visible key at once in fp64 (no chunks, no online softmax), one
+request at a time, on the cases' device.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ FP8 = torch.float8_e4m3fn
 def dense_fp64(inputs) -> tuple[torch.Tensor, torch.Tensor]:
     """`(out [B, K, Hq, D], lse [B, K, Hq])` in fp64, natural log: the independent reference (module docstring)."""
     c = inputs.case
-    B, K, Hq, Hkv, D, G, ps = (c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.group_size,
-                               c.page_size)
-    out = torch.zeros((B, K, Hq, D), dtype=torch.float64)
-    lse = torch.full((B, K, Hq), -math.inf, dtype=torch.float64)
+    B, K, Hq, Hkv, D, G = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.group_size
+    dev = inputs.q.device
+    out = torch.zeros((B, K, Hq, D), dtype=torch.float64, device=dev)
+    lse = torch.full((B, K, Hq), -math.inf, dtype=torch.float64, device=dev)
     left, right = c.window
 
     def pool_keys(pool: torch.Tensor, pages, n: int, scale: float) -> torch.Tensor:
-        x = pool.detach().cpu()[list(pages)]  # [P, ps, Hkv, D] (NHD) or [P, Hkv, ps, D]
+        x = pool.detach()[torch.tensor(list(pages), dtype=torch.long, device=dev)]  # [P, ps, Hkv, D] or HND
         if c.layout == "HND":
             x = x.transpose(1, 2)
         x = x.reshape(-1, Hkv, D)[:n].double()
@@ -57,13 +58,13 @@ def dense_fp64(inputs) -> tuple[torch.Tensor, torch.Tensor]:
         k = pool_keys(inputs.k_pool, c.pages[b], own, c.k_scale)
         v = pool_keys(inputs.v_pool, c.pages[b], own, c.v_scale)
         if c.block_storage == "dense":
-            k = torch.cat([k, inputs.k_block[b].detach().cpu().double()])
-            v = torch.cat([v, inputs.v_block[b].detach().cpu().double()])
-        q = inputs.q[b].detach().cpu().double().view(K, Hkv, G, D)
+            k = torch.cat([k, inputs.k_block[b].detach().double()])
+            v = torch.cat([v, inputs.v_block[b].detach().double()])
+        q = inputs.q[b].detach().double().view(K, Hkv, G, D)
         s = torch.einsum("ihgd,thd->ihgt", q, k) * c.softmax_scale  # [K, Hkv, G, L + K]
-        t = torch.arange(L + K).view(1, -1)
-        p = (L + torch.arange(K)).view(-1, 1)
-        vis = torch.ones((K, L + K), dtype=torch.bool)
+        t = torch.arange(L + K, device=dev).view(1, -1)
+        p = (L + torch.arange(K, device=dev)).view(-1, 1)
+        vis = torch.ones((K, L + K), dtype=torch.bool, device=dev)
         if left != -1:
             vis &= t >= p - left
         if right != -1:
@@ -81,7 +82,7 @@ def dense_fp64(inputs) -> tuple[torch.Tensor, torch.Tensor]:
 
 def error_share(out: torch.Tensor, lse: torch.Tensor, truth, tol, dtype: str, yardstick: bool = True) -> float:
     """A reference's measured error as a share of the tightest bound the judge applies (`parity.golden.share`)."""
-    o_true, l_true = truth
+    o_true, l_true = (t.cpu() for t in truth)
     o = out.detach().cpu().double()
     fin = torch.isfinite(l_true)
     err_o = (o - o_true).abs().max().item() if o.numel() else 0.0
@@ -124,7 +125,7 @@ def measure(n: int, regimes, device: str, seed: int = 0) -> dict:
             row["golden"] = max(row["golden"], error_share(ref.out, ref.lse, truth, tol, case.dtype))
             row["fp32"] = max(row["fp32"], error_share(plain.out, plain.lse, truth, tol, case.dtype))
             b = bound(golden.stats, torch.float32, golden.fast_engine)
-            err = (plain.out.detach().cpu().double() - truth[0]).abs().max().item()
+            err = (plain.out.detach().double() - truth[0]).abs().max().item()
             row["fp32_over_bound"] = max(row["fp32_over_bound"], err / b.out_abs if b.out_abs > 0 else 0.0)
 
         one()

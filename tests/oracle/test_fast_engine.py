@@ -71,7 +71,7 @@ def test_triton_engine_matches_torch_engine(case, data):
 
 
 def test_auto_engine_choice(monkeypatch):
-    """auto: torch for CPU tensors and for fp64, the Triton engine for fp32 CUDA tensors."""
+    """auto: torch for CPU tensors and for an explicit key mask, the Triton engine for CUDA tensors (fp32 and fp64)."""
     case = build_case((3,), 2, 1, 2, 16, 4)
     called = []
     import oracle._fast as fast
@@ -85,18 +85,20 @@ def test_auto_engine_choice(monkeypatch):
         with pytest.raises(InvalidInput, match="CUDA tensors"):  # compiled kernels cannot read CPU tensors
             attention(inputs, engine="triton")
         gpu_inputs = materialize(case, "cuda")
-        attention(gpu_inputs, precision=torch.float64)
+        attention(gpu_inputs, key_mask=torch.ones(1, dtype=torch.bool, device="cuda"))
         assert called == []
+        attention(gpu_inputs, precision=torch.float64)
         attention(gpu_inputs)
+        assert called == [1, 1]
     else:
         attention(inputs, engine="triton")
-    assert called == [1]
+        assert called == [1]
 
 
 def test_triton_engine_refuses_what_it_cannot_do():
     inputs = materialize(build_case((3,), 2, 1, 2, 16, 4), "cpu")
-    with pytest.raises(InvalidInput, match="precision"):
-        attention(inputs, engine="triton", precision=torch.float64)
+    with pytest.raises(InvalidInput, match="precision"):  # the yardstick's order is an fp32 computation
+        attention(inputs, engine="triton", precision=torch.float64, round_p=True)
     with pytest.raises(InvalidInput, match="key_mask"):
         attention(inputs, engine="triton", key_mask=torch.ones(1, dtype=torch.bool))
     with pytest.raises(InvalidInput, match="engine"):
@@ -237,3 +239,20 @@ def test_round_p_engines_agree(dtype, kv_dtype):
         apart = (mine - theirs).abs().max().item() / (step * mine.abs().max().item())
         assert apart <= 2, f"{case.short()} splits={splits}: {apart:.2f} steps of max|O| apart"
     assert (mine != plain).sum() > mine.numel() // 50, "rounding the weights changed nearly nothing"
+
+
+@given(case=cases(max_batch=3, max_ctx=70, max_block=6, head_dims=(16, 64)))
+@SETTINGS
+def test_the_fp64_engines_agree(case):
+    """The Triton engine's `F64` variant (the golden reference on a GPU) against the fp64 torch engine: within 1e-12
+    of max|O| and of the LSE (fp64 in different sum orders), with 1 and 3 splits; the -inf pattern identical."""
+    inputs = materialize(case, "cuda" if ON_GPU else "cpu")
+    ref = attention(inputs, engine="torch", precision=torch.float64)
+    for splits in (1, 3):
+        out, lse = attention_triton(inputs, case.window, None, splits=splits, precision=torch.float64)
+        assert out.dtype == torch.float64 and torch.equal(torch.isfinite(lse), torch.isfinite(ref.lse))
+        scale = max(ref.out.abs().max().item(), 1e-30)
+        assert (out - ref.out).abs().max().item() <= 1e-12 * scale, case.short()
+        fin = torch.isfinite(ref.lse)
+        if fin.any():
+            assert (lse[fin] - ref.lse[fin]).abs().max().item() <= 1e-12 * max(1.0, ref.lse[fin].abs().max().item())

@@ -51,7 +51,8 @@ class LaunchKeys:
                     key.append((n, str(a.dtype)) + ((a.data_ptr() % 16 == 0,) if self.aligned else ()))
                 elif isinstance(a, int) and not isinstance(a, bool) and n not in self.runtime:
                     key.append((n, "1" if a == 1 else "16" if a % 16 == 0 else "n"))
-            key += sorted((k, v) for k, v in kw.items() if k not in ("num_warps", "num_stages", "UPCAST"))
+            key += sorted((k, str(v.dtype) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()
+                          if k not in ("num_warps", "num_stages", "UPCAST"))
             self.keys.add(tuple(key))
         return launch
 
@@ -65,16 +66,21 @@ def launch_keys(monkeypatch):
     return rec
 
 
-def _keys_of(case_list, rec, *, yardstick: bool = False) -> set:
-    """The variants `case_list` launches: the oracle's, or (`yardstick`) the yardstick's (`ROUND_P`, kv rounded)."""
+UNIT_ARGS = {"oracle": {}, "yardstick": {"kv_rounded": True, "round_p": True},
+             "golden": {"precision": __import__("torch").float64}}
+
+
+def _keys_of(case_list, rec, *, kind: str = "oracle") -> set:
+    """The variants `case_list` launches as `kind`'s unit does: the oracle's (fp32), the golden reference's (`F64`),
+    the yardstick's (`ROUND_P`, kv rounded)."""
     from oracle._fast import attention_triton
 
     rec.keys = set()
     for case in case_list:
         rec.case = case  # what a mutant launcher may read
         fbk = 1 if case.seed % 2 else None  # the window-B mask on for some: a run-time switch
-        extra = {"kv_rounded": True, "round_p": True} if yardstick else {}
-        attention_triton(materialize(case, "cpu"), case.window, None if yardstick else fbk, upcast=True, **extra)
+        attention_triton(materialize(case, "cpu"), case.window, fbk if kind != "yardstick" else None, upcast=True,
+                         **UNIT_ARGS[kind])
     return set(rec.keys)
 
 
@@ -108,9 +114,10 @@ def test_the_variants_cover_every_drawn_launch(launch_keys):
     listed = _keys_of([c for kind, c in pc.variant_cases(prod) if kind == "oracle"], launch_keys)
     assert seen <= listed, f"drawn launches no precompiled variant covers: {sorted(seen - listed)[:2]}"
     assert len(listed) == len([1 for k, _ in pc.variant_cases(prod) if k == "oracle"])
-    yard = _keys_of([c for kind, c in pc.variant_cases(prod) if kind == "yardstick"], launch_keys, yardstick=True)
-    assert _keys_of(drawn, launch_keys, yardstick=True) <= yard, "a drawn yardstick launch no variant covers"
-    assert not yard & listed and all(("ROUND_P", True) in k for k in yard)
+    for kind, flag in (("yardstick", "ROUND_P"), ("golden", "F64")):
+        units = _keys_of([c for k, c in pc.variant_cases(prod) if k == kind], launch_keys, kind=kind)
+        assert _keys_of(drawn, launch_keys, kind=kind) <= units, f"a drawn {kind} launch no variant covers"
+        assert not units & listed and all((flag, True) in k for k in units)
     # The check can fail: a list built for GQA groups of 1 misses the drawn row blocks of 32 and 64.
     from oracle.reference import triton_variant_cases
 
