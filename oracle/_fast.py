@@ -126,6 +126,27 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     return out, lse
 
 
+_F64_READY: dict[str, bool] = {}
+
+
+def f64_ready(device: torch.device) -> bool:
+    """Whether this Triton compiles the kernel's `F64` variant for `device` (triton 3.6 cannot: its fp64 dot of
+    16-bit loads fails to lower, `RuntimeError: PassManager::run failed`; 3.9 can). Asked once per process and device
+    by attending a tiny case; where it cannot, the golden reference takes the torch engine in fp64 (slower)."""
+    key = str(device)
+    if key not in _F64_READY:
+        from oracle.inputs import materialize
+
+        case = variant_cases((64,), ("bfloat16",), ("same",), 1, 1, f64=True)[0]
+        try:
+            inputs = materialize(case, device)
+            attention_triton(inputs, case.window, None, precision=torch.float64)
+            _F64_READY[key] = True
+        except Exception:  # noqa: BLE001  (a compiler's failure of any kind: the torch engine then)
+            _F64_READY[key] = False
+    return _F64_READY[key]
+
+
 def variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
                   max_block: int, max_group: int, f64: bool = False) -> list[Case]:
     """Tiny cases (one request, one key) that launch every compiled variant of the kernel cases of these shapes

@@ -167,7 +167,9 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         raise InvalidInput("future_block_keys_right", f"None or an integer >= -1, got {fbk!r}")
     dev = inputs.q.device
     if engine == "auto":
-        engine = "triton" if dev.type == "cuda" and key_mask is None and triton_engine_ready(dev) else "torch"
+        on_gpu = dev.type == "cuda" and key_mask is None
+        ready = on_gpu and (triton_engine_ready(dev) if precision == torch.float32 else triton_f64_ready(dev))
+        engine = "triton" if ready else "torch"
     if engine == "triton":
         if precision != torch.float32 and (kv_rounded or round_p):
             raise InvalidInput("precision", f"torch.float32 with kv_rounded or round_p (a yardstick), got {precision}")
@@ -271,6 +273,16 @@ def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv
     from oracle._fast import variant_cases
 
     return variant_cases(tuple(head_dims), tuple(dtypes), tuple(kv_dtypes), max_block, max_group, f64)
+
+
+def triton_f64_ready(device: torch.device) -> bool:
+    """Whether the Triton engine can attend in fp64 on `device` (`oracle._fast.f64_ready`: the installed Triton
+    compiles its `F64` variant there); False without a ready Triton engine."""
+    if not triton_engine_ready(device):
+        return False
+    from oracle._fast import f64_ready
+
+    return f64_ready(device)
 
 
 def triton_kernel():

@@ -181,7 +181,7 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     outcome.bounds, outcome.bounds_why = src.label, src.because
     with _Phase(outcome, "oracle"):
         ref = golden.confirm(tol, ref)
-    outcome.oracle = {"precision": golden.precision, "share": golden.oracle_share}
+    outcome.oracle = {"precision": golden.precision, "engine": golden.engine, "share": golden.oracle_share}
     bad = golden.problem()
     if bad:
         return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)

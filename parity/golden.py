@@ -95,7 +95,10 @@ class GoldenOracle:
 
     @property
     def engine(self) -> str:
-        """The engine the chosen precision runs on: the Triton kernel on a GPU (fp32 or its `F64` variant)."""
+        """The engine the chosen precision runs on: the Triton kernel on a GPU (fp32, or its `F64` variant where the
+        installed Triton compiles it: `oracle.reference.triton_f64_ready`), else torch."""
+        if self.precision == "float64" and self.fast_engine == "triton":
+            return "triton" if reference.triton_f64_ready(self.inputs.q.device) else "torch"
         return self.fast_engine
 
     def error_bound(self) -> ErrorBound:
@@ -104,7 +107,7 @@ class GoldenOracle:
     def attention(self, **kw) -> reference.OracleResult:
         """`oracle.reference.attention` of the case in the chosen precision (partials: `window`, `key_mask`,
         `future_block_keys_right` as there), on `engine` (an explicit `key_mask` takes the torch engine)."""
-        engine = "auto" if self.fast_engine == "triton" else "torch"
+        engine = "auto" if self.engine == "triton" else "torch"
         if self.precision == "float64":  # half the fp32 chunk: the same working set (parity.footprint.oracle_bytes)
             return reference.attention(self.inputs, precision=torch.float64, engine=engine,
                                        chunk=reference.DEFAULT_CHUNK // 2, **kw)
