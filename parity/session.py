@@ -204,9 +204,9 @@ class CheckSession:
             return []
         from parity.intake import check_case_fits, read_case_file
         from parity.isolation import inflight_path
-        from parity.report import lowering_stem
+        from parity.file_names import lowering_stem, stem_files
 
-        files = sorted((self.report_dir / "failures").glob(f"{lowering_stem(name)}-*.json"))
+        files = stem_files(self.report_dir / "failures", lowering_stem(name))
         inflight = inflight_path(self.report_dir / "inflight", name)
         if inflight.exists() or inflight.is_symlink():
             files.append(inflight)
@@ -410,12 +410,14 @@ class CheckSession:
         """Check every selected lowering (over `--jobs` children when asked) and write the report; the
         report data. `progress_for(name, shard)`: the progress callback of one lowering's sweep."""
         from parity import shards as shards_mod
+        from parity.file_names import check_distinct
         from strategies import limit_overrides  # noqa: F401  (the limits were checked by the config)
 
         self.load()
         cfg = self.config
         selected = self.selected()
         names = [lw.name for lw in selected]
+        check_distinct(names)  # one failure-file stem each (parity.file_names), said before the first case
         shard_counts = shards_mod.parse_shards(list(cfg.shards), names)
         if cfg.mps:
             from oracle.errors import InvalidInput
