@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from parity import ranges
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C, `timeout -s INT`): the report of what ran is written first; 128+n for signal n
 
@@ -28,9 +30,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _positive_int(name: str):
-    from parity.options import argparse_type, positive_int
-    return argparse_type(positive_int, name)
+def _positive_int(name: str, most: int):
+    from parity.options import argparse_type, int_at_least
+    return argparse_type(int_at_least(1, "a positive integer", most), name)
 
 
 def _positive_float(name: str):
@@ -100,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true", help="a tiny shape subset (CPU runs, smoke runs)")
     sp.add_argument("--out", default="bench-report", metavar="DIR",
                     help="writes bench.json, bench.md and <table>.png here (default: bench-report)")
-    sp.add_argument("--replays", type=_positive_int("--replays"), default=None,
+    sp.add_argument("--replays", type=_positive_int("--replays", ranges.MAX_REPLAYS), default=None,
                     help="timed replays per measurement (default: 50 on cuda, 5 on a cpu)")
     sp.add_argument("--max-gib", type=parse_max_gib, default=100.0, metavar="GIB",
                     help="skip shapes whose inputs and oracle would need more memory (default: 100)")

@@ -11,9 +11,10 @@ Public: `CheckConfig`, `default_threads`, `xdist_worker_count`, `parse_shard`, `
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from parity import ranges
 
 DEVICES = ("cpu", "cuda")
 JOBS_STARTS = ("prefork", "spawn")  # `--jobs-start`: see parity.prefork
@@ -28,25 +29,32 @@ def InvalidInput(where: str, rule: str) -> Exception:  # noqa: N802  (imported l
 
 
 def parse_shard(text: str, where: str = "--shard") -> tuple[int, int]:
-    """`I/S` (0 <= I < S, both integers) -> (I, S); InvalidInput naming `where` otherwise."""
+    """`I/S` (0 <= I < S <= `parity.ranges.MAX_RUN_SHARDS`, both integers) -> (I, S); InvalidInput naming
+    `where` otherwise (before anything is sized by S)."""
     i, sep, n = str(text).partition("/")
     try:
-        shard = (int(i), int(n)) if sep else (-1, 0)
+        shard = (int(i), int(n)) if sep and len(str(text)) <= 64 else (-1, 0)
     except ValueError:
         shard = (-1, 0)
     if not 0 <= shard[0] < shard[1]:
         raise InvalidInput(where, f"expected I/S with 0 <= I < S (shard I of S, counted from 0), got {text!r}")
+    if shard[1] > ranges.MAX_RUN_SHARDS:
+        raise InvalidInput(where, f"S at most {ranges.MAX_RUN_SHARDS} shards (a run split over more machines than "
+                                  f"that is refused before anything is sized by it), got {str(text)[:64]!r}")
     return shard
 
 
 def _positive_number(where: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
-        raise InvalidInput(where, f"a positive number of seconds, got {value!r}")
+    problem = ranges.seconds_problem(value)
+    if problem is not None:
+        raise InvalidInput(where, f"{problem}, got {value!r}")
 
 
-def _int_at_least(where: str, value: Any, least: int) -> None:
+def _int_at_least(where: str, value: Any, least: int, most: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise InvalidInput(where, f"an integer >= {least}, got {value!r}")
+    if most is not None and value > most:
+        raise InvalidInput(where, f"an integer at most {most}, got {value!r}")
 
 
 def default_threads(processes: int, cpus: int | None = None) -> int:
@@ -134,17 +142,17 @@ class CheckConfig:
         if self.seed is not None:
             _int_at_least("--seed", self.seed, 0)
         if self.max_examples is not None:
-            _int_at_least("--max-examples", self.max_examples, 1)
+            _int_at_least("--max-examples", self.max_examples, 1, ranges.MAX_EXAMPLES)
         if self.flaky_runs is not None:
-            _int_at_least("--flaky-runs", self.flaky_runs, 0)
+            _int_at_least("--flaky-runs", self.flaky_runs, 0, ranges.MAX_FLAKY_RUNS)
         _int_at_least("--kernel-names-every", self.kernel_names_every, 0)
-        _int_at_least("--jobs", self.jobs, 1)
+        _int_at_least("--jobs", self.jobs, 1, ranges.MAX_JOBS)
         if self.jobs_start not in JOBS_STARTS:
             raise InvalidInput("--jobs-start", f"one of {', '.join(JOBS_STARTS)}, got {self.jobs_start!r}")
         if self.draw_ahead not in DRAW_AHEAD:
             raise InvalidInput("--draw-ahead", f"one of {', '.join(DRAW_AHEAD)}, got {self.draw_ahead!r}")
         if self.threads is not None:
-            _int_at_least("--threads", self.threads, 1)
+            _int_at_least("--threads", self.threads, 1, ranges.MAX_THREADS)
         for where in ("case_timeout", "hook_timeout"):
             if getattr(self, where) is not None:
                 _positive_number("--" + where.replace("_", "-"), getattr(self, where))
@@ -153,13 +161,18 @@ class CheckConfig:
         if self.shard is not None:
             shard = tuple(self.shard)
             if len(shard) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in shard) \
-                    or not 0 <= shard[0] < shard[1]:
-                raise InvalidInput("--shard", f"expected I/S with 0 <= I < S, got {self.shard!r}")
+                    or not 0 <= shard[0] < shard[1] <= ranges.MAX_RUN_SHARDS:
+                raise InvalidInput("--shard", f"expected I/S with 0 <= I < S <= {ranges.MAX_RUN_SHARDS}, got "
+                                              f"{self.shard!r}")
             object.__setattr__(self, "shard", shard)
         if self.shards and self.jobs < 2:
             raise InvalidInput("--shards", "runs a lowering's shards side by side: give --jobs N (N >= 2) too")
         if self.mps and self.device == "cpu":
             raise InvalidInput("--mps", "shares a GPU among processes (CUDA MPS): it needs --device cuda, got cpu")
+        if self.report == "":
+            raise InvalidInput("--report", "an empty path: give a report directory (or leave the option out)")
+        if self.gate_baseline == "":
+            raise InvalidInput("--gate-baseline", "an empty path: give the baseline's report directory")
         if self.gate_accept and self.gate_baseline is None:
             raise InvalidInput("--gate-accept", "accepts a gate rule: give --gate-baseline DIR too")
         if self.gate_baseline is not None and self.report is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from oracle.case import Case
+from parity.escape import md_code, md_text
 
 CONTEXT_BUCKETS = ((0, 0), (1, 127), (128, 2047), (2048, 4096), (4097, 32768), (32769, 131072))
 LONG = 4096  # "long" in the summary: a context past this many keys
@@ -81,9 +82,10 @@ def summary_lines(lowerings: dict[str, dict[str, Any]]) -> list[str]:
 
         def mix(key: str) -> str:
             counts = d.get(key, {})
-            return ", ".join(f"{k} {_pct(n, total)}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            return ", ".join(f"{md_text(k, table=True)} {_pct(n, total)}"
+                             for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
-        out.append(f"| `{name}` | " + " | ".join(str(ctx.get(h, 0)) for h in heads)
+        out.append(f"| {md_code(name, table=True)} | " + " | ".join(md_text(ctx.get(h, 0), table=True) for h in heads)
                    + f" | {_pct(long, total)} | {mix('dtype')} | {mix('kv_dtype')} | {mix('head_dim')} | "
-                   f"{d.get(POOL_KEY, 0)} |")
+                   f"{md_text(d.get(POOL_KEY, 0), table=True)} |")
     return out

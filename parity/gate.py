@@ -14,6 +14,13 @@ It compares like with like and fails closed, naming the reason. Two kinds of pro
 The gate's setting (`max_margin_growth`) comes from the baseline report's recorded policy or from the
 command line, never from the policy under review. Reports are schema version 2 (`parity.report`):
 version 1 recorded neither the settings nor the policy, so it cannot be compared honestly and is refused.
+Each report is input (`parity.report_read.load_report`): one whose run did not finish, or with a figure
+the gate reads that is not a finite number, is refused; statuses and verdicts are recomputed from the
+cases and failures (`parity.report_trust`). Text from the reports (lowering names, reasons, notes,
+sources) is escaped in gate.md (`parity.escape`): it adds no heading, row or verdict.
+
+Public: `RULES`, `rules_help`, `parse_accept`, `Problem`, `GateResult`, `gate`, `unfinished_result`, and
+(from `parity.report_read`) `report_path`, `load_report`, `unfinished`.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from oracle.errors import InvalidInput
-from parity.report import SCHEMA, SCHEMA_VERSION
+from parity.escape import md_code as _c, md_text as _t  # report text in gate.md: inert
+from parity.report_read import load_report, report_path, unfinished  # noqa: F401  (public here too)
 
 RULES: dict[str, str] = {
     "baseline-failed": "the baseline's own verdict is not a pass (a lowering failed, the run was interrupted, or "
@@ -97,60 +105,6 @@ class GateResult:
     accepted: list[str] = field(default_factory=list)
 
 
-# ---- reading reports ----------------------------------------------------------------------------------
-
-_V2_FIELDS = {"run_id": str, "started": str, "verdict": str, "settings": dict, "policy": dict, "lowerings": dict}
-_SETTINGS_FIELDS = {"device": str, "profile": str, "hardening": bool, "isolation": bool, "limits": list}
-
-
-def report_path(path: str | Path) -> Path:
-    p = Path(path)
-    return p / "parity.json" if p.is_dir() else p
-
-
-def load_report(path: str | Path, what: str) -> dict[str, Any]:
-    from parity.intake import read_json
-
-    p = report_path(path)
-    if not p.exists():
-        raise InvalidInput(f"{what} {path}", "no parity.json there (give a report directory or its parity.json)")
-    try:  # a FIFO, a device, a huge or deeply nested file: refused by kind, size and depth, never blocking
-        data = read_json(p, "report")
-    except InvalidInput as err:
-        raise InvalidInput(f"{what} {err.where}", err.rule) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise InvalidInput(f"{what} {p}", f"not a dflash-parity report (schema {SCHEMA!r})")
-    version = data.get("version")
-    if version == 1:
-        raise InvalidInput(f"{what} {p}", "report version 1 records neither the settings nor the policy the run "
-                                          f"checked with, so it cannot be compared honestly; this gate reads version "
-                                          f"{SCHEMA_VERSION}: re-run `dflash-parity check` to write it")
-    if version != SCHEMA_VERSION:
-        raise InvalidInput(f"{what} {p}", f"report version {version!r}; this gate reads version {SCHEMA_VERSION}")
-    for key, kind in _V2_FIELDS.items():
-        if not isinstance(data.get(key), kind):
-            raise InvalidInput(f"{what} {p}: {key}", f"missing or not a {kind.__name__} (a version-2 report has it)")
-    for key, kind in _SETTINGS_FIELDS.items():
-        if not isinstance(data["settings"].get(key), kind):
-            raise InvalidInput(f"{what} {p}: settings.{key}", f"missing or not a {kind.__name__}")
-    if not isinstance(data["policy"].get("bounds"), dict):
-        raise InvalidInput(f"{what} {p}: policy.bounds", "missing or not an object")
-    return data
-
-
-def unfinished(path: str | Path) -> str | None:
-    """Why the report at `path` is no verdict yet (its directory marked IN_PROGRESS), or None."""
-    from parity import rundir
-
-    d = report_path(path).parent
-    info = rundir.in_progress(d)
-    if info is None:
-        return None
-    return (f"`{d}` is marked in progress ({rundir.MARKER}: run {info.get('run_id', '?')}, started "
-            f"{info.get('started', '?')}, pid {info.get('pid', '?')}): its check has not finished, or died; "
-            f"no verdict to compare")
-
-
 # ---- the comparison -----------------------------------------------------------------------------------
 
 def _margin(v: dict[str, Any]) -> float:
@@ -182,9 +136,9 @@ def _fewer(o: dict[str, Any], n: dict[str, Any], strict: bool) -> str | None:
 
 def _class_gone(cls: str, oc: int, jo: int, jn: int, strict: bool) -> str | None:
     if strict:
-        return f"case class `{cls}` ({oc} case(s) in the baseline) has none now"
+        return f"case class {_c(cls)} ({oc} case(s) in the baseline) has none now"
     chance = (1 - oc / jo) ** jn if jo else 1.0
-    return (f"case class `{cls}` ({oc} of {jo} case(s) in the baseline) has none of {jn} now (chance {chance:.1e})"
+    return (f"case class {_c(cls)} ({oc} of {jo} case(s) in the baseline) has none of {jn} now (chance {chance:.1e})"
             if chance < RARE else None)
 
 
@@ -196,12 +150,13 @@ def _bound_problems(name: str, ob: dict[str, Any] | None, nb: dict[str, Any], ba
     for dtype, keys in sorted(nb.items()):
         for key, b in sorted(keys.items()):
             val, src, why = float(b.get("value", 0.0)), str(b.get("source", "")), str(b.get("reason", "")).strip()
+            at = f"{_c(name)} {_t(dtype)} {_t(key)}"
             ceiling = CEILINGS.get(key)
             if ceiling is not None and dtype in ceiling.per_dtype and val > ceiling.per_dtype[dtype]:
-                out.append(Problem("loose-bounds", f"`{name}` {dtype} {key} = {val:g} is past the sanity ceiling "
-                                                   f"{ceiling.per_dtype[dtype]:g} ({ceiling.reason}); from `{src}`"))
+                out.append(Problem("loose-bounds", f"{at} = {val:g} is past the sanity ceiling "
+                                                   f"{ceiling.per_dtype[dtype]:g} ({ceiling.reason}); from {_c(src)}"))
             if src.startswith("lowering.") and not why:
-                out.append(Problem("override-without-reason", f"`{name}` {dtype} {key} = {val:g} comes from `{src}`, "
+                out.append(Problem("override-without-reason", f"{at} = {val:g} comes from {_c(src)}, "
                                                               f"which gives no reason"))
             if ob is not None:
                 old = ob.get(dtype, {}).get(key)
@@ -212,9 +167,9 @@ def _bound_problems(name: str, ob: dict[str, Any] | None, nb: dict[str, Any], ba
             if old is None and key in OPTIONAL_KEYS:  # a baseline that predates the key had none of it: 0
                 old, against = {"value": 0.0, "source": "absent"}, against + ", where this key did not exist: 0"
             if old is not None and val > float(old.get("value", 0.0)):
-                out.append(Problem("looser-bounds", f"`{name}` {dtype} {key} got looser: {float(old['value']):g} "
-                                                    f"({against}, `{old.get('source', '?')}`) -> {val:g} (`{src}`: "
-                                                    f"{why or 'no reason given'})"))
+                out.append(Problem("looser-bounds", f"{at} got looser: {float(old['value']):g} "
+                                                    f"({against}, {_c(old.get('source', '?'))}) -> {val:g} ({_c(src)}: "
+                                                    f"{_t(why or 'no reason given')})"))
     return out
 
 
@@ -234,7 +189,7 @@ def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults
         for key, val in sorted((e.get("values") or {}).items()):
             ceiling = CEILINGS.get(key)
             if ceiling is not None and dtype in ceiling.per_dtype and float(val) > ceiling.per_dtype[dtype]:
-                out.append(Problem("loose-bounds", f"`{entry}` {key} = {float(val):g} is past the sanity ceiling "
+                out.append(Problem("loose-bounds", f"{_c(entry)} {_t(key)} = {float(val):g} is past the sanity ceiling "
                                                    f"{ceiling.per_dtype[dtype]:g} ({ceiling.reason})"))
             if before is not None and key in before:
                 old, against = float(before[key]), "the baseline's same entry"
@@ -246,8 +201,8 @@ def _kernel_entry_problems(po: dict[str, Any], pn: dict[str, Any], base_defaults
                 if old is None and key in OPTIONAL_KEYS:  # a baseline that predates the key had none of it: 0
                     old, against = 0.0, against + ", where this key did not exist: 0"
             if old is not None and float(val) > old:
-                out.append(Problem("looser-bounds", f"`{entry}` {key} got looser: {old:g} ({against}) -> {float(val):g} "
-                                                    f"({e.get('reason') or 'no reason given'})"))
+                out.append(Problem("looser-bounds", f"{_c(entry)} {_t(key)} got looser: {old:g} ({against}) -> "
+                                                    f"{float(val):g} ({_t(e.get('reason') or 'no reason given')})"))
     return out
 
 
@@ -267,9 +222,9 @@ def _settings_problems(o: dict[str, Any], n: dict[str, Any]) -> list[Problem]:
                                             "isolated them"))
     for key in ("device", "profile", "seed", "derandomized"):
         if so.get(key) != sn.get(key):
-            out.append(Problem("settings-changed", f"{key}: baseline {so.get(key)!r}, new {sn.get(key)!r}"))
+            out.append(Problem("settings-changed", f"{key}: baseline {_t(repr(so.get(key)))}, new {_t(repr(sn.get(key)))}"))
     if sorted(map(str, so.get("limits", []))) != sorted(map(str, sn.get("limits", []))):
-        out.append(Problem("settings-changed", f"--limit: baseline {so.get('limits')}, new {sn.get('limits')}"))
+        out.append(Problem("settings-changed", f"--limit: baseline {_t(so.get('limits'))}, new {_t(sn.get('limits'))}"))
     return out
 
 
@@ -278,26 +233,26 @@ def _info(o: dict[str, Any], n: dict[str, Any]) -> list[str]:
     lines = []
     po, pn = o.get("policy", {}), n.get("policy", {})
     if po.get("sha256") != pn.get("sha256"):
-        lines.append(f"policy file changed: `{po.get('file')}` sha256 {str(po.get('sha256'))[:12]} -> "
-                     f"`{pn.get('file')}` {str(pn.get('sha256'))[:12]}")
+        lines.append(f"policy file changed: {_c(po.get('file'))} sha256 {_t(str(po.get('sha256'))[:12])} -> "
+                     f"{_c(pn.get('file'))} {_t(str(pn.get('sha256'))[:12])}")
     old_over, new_over = po.get("overrides", {}), pn.get("overrides", {})
     for entry in sorted(set(new_over) - set(old_over)):
         e = new_over[entry]
-        lines.append(f"new override `{entry}` {e.get('values')}: {e.get('reason') or 'no reason given'}")
+        lines.append(f"new override {_c(entry)} {_t(e.get('values'))}: {_t(e.get('reason') or 'no reason given')}")
     for entry in sorted(set(old_over) - set(new_over)):
-        lines.append(f"override `{entry}` removed")
+        lines.append(f"override {_c(entry)} removed")
     hashes = lambda r: {Path(p.get("path", "?")).name: p.get("sha256") for p in r.get("plugins", [])}  # noqa: E731
     ho, hn = hashes(o), hashes(n)
     for name in sorted(set(ho) | set(hn)):
         if ho.get(name) != hn.get(name):
-            lines.append(f"plugin `{name}`: sha256 {str(ho.get(name))[:12]} -> {str(hn.get(name))[:12]}")
+            lines.append(f"plugin {_c(name)}: sha256 {_t(str(ho.get(name))[:12])} -> {_t(str(hn.get(name))[:12])}")
     return lines
 
 
 def _run_label(r: dict[str, Any]) -> str:
     git = r.get("git") or {}
-    commit = f", commit {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}" if git.get("commit") else ""
-    return f"run {r.get('run_id', '?')[:12]} started {r.get('started', '?')}{commit}, verdict {r.get('verdict')}"
+    commit = f", commit {str(git['commit'])[:12]}{' (dirty)' if git.get('dirty') else ''}" if git.get("commit") else ""
+    return _t(f"run {str(r.get('run_id', '?'))[:12]} started {r.get('started', '?')}{commit}, verdict {r.get('verdict')}")
 
 
 def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: float | None = None,
@@ -317,7 +272,7 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
     if baseline["verdict"] != "pass":
         bad = [k for k, v in baseline["lowerings"].items() if v.get("status") == "fail"]
         problems.append(Problem("baseline-failed", f"the baseline's verdict is `{baseline['verdict']}`"
-                                                   + (f" (failing: {', '.join(f'`{b}`' for b in bad)})" if bad else "")))
+                                                   + (f" (failing: {', '.join(_c(b) for b in bad)})" if bad else "")))
     if new["verdict"] == "interrupted":
         problems.append(Problem(None, "the new run was interrupted: a partial run, not a verdict"))
     elif new["verdict"] == "nothing judged":
@@ -326,17 +281,17 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
     elif new["verdict"] != "pass" and not any(v.get("status") == "fail" for v in new["lowerings"].values()):
         problems.append(Problem(None, f"the new report's verdict is `{new['verdict']}`"))
     if not_before is not None and parse_time(new["started"], "NEW started") < not_before:
-        problems.append(Problem(None, f"the new report is stale: its run started {new['started']}, before "
+        problems.append(Problem(None, f"the new report is stale: its run started {_t(new['started'])}, before "
                                       f"--not-before {not_before.isoformat()} (the run that should have written "
                                       f"it did not)"))
     if commit:
-        got = (new.get("git") or {}).get("commit")
+        got = str((new.get("git") or {}).get("commit") or "")
         if not got or not got.lower().startswith(commit.lower()):
-            problems.append(Problem(None, f"the new report is from commit {got or 'unknown (not recorded)'}, not "
+            problems.append(Problem(None, f"the new report is from commit {_t(got or 'unknown (not recorded)')}, not "
                                           f"--commit {commit}"))
     for what, r in (("the new report", new), ("the baseline", baseline)):
         if r["settings"].get("shard") is not None:  # one shard's cases: a comparison would miss the others
-            problems.append(Problem(None, f"{what} is shard {r['settings']['shard']} of a run split over machines: "
+            problems.append(Problem(None, f"{what} is shard {_t(r['settings']['shard'])} of a run split over machines: "
                                           f"merge the shards' reports first (`dflash-parity merge DIR... --report OUT`) "
                                           f"and gate the merged report"))
     problems += _settings_problems(baseline, new)
@@ -361,13 +316,13 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
     for name in list(old_l) + [k for k in new_l if k not in old_l]:
         o, n = old_l.get(name), new_l.get(name)
         if n is None:
-            problems.append(Problem("lowering-removed", f"`{name}` disappeared: the baseline checked it "
+            problems.append(Problem("lowering-removed", f"{_c(name)} disappeared: the baseline checked it "
                                                         f"({o.get('status')}), the new report does not have it"))
-            rows.append(f"| `{name}` | {o['status']} | missing | {_judged(o)} -> - | - | **removed** |")
+            rows.append(f"| {_c(name, table=True)} | {o['status']} | missing | {_judged(o)} -> - | - | **removed** |")
             continue
         nb = new["policy"]["bounds"].get(name)
         if n.get("status") != "unavailable" and nb is None:
-            problems.append(Problem("looser-bounds", f"`{name}`: the new report records no bounds for it"))
+            problems.append(Problem("looser-bounds", f"{_c(name)}: the new report records no bounds for it"))
         elif nb is not None:
             problems += _bound_problems(name, baseline["policy"]["bounds"].get(name) if o else None, nb, base_defaults)
         change: list[str] = []
@@ -375,41 +330,42 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
             failing = [c for c, v in n.get("classes", {}).items() if v.get("failed")]
             was = "new and fails" if o is None else ("passed in the baseline and fails now" if o["status"] == "pass"
                                                      else f"fails now (baseline: {o['status']})")
-            problems.append(Problem(None, f"`{name}` {was}" + (f"; failing classes: {', '.join(failing)}" if failing
-                                                                 else "") + "".join(f"; {x}" for x in n.get("notes", [])[:2])))
+            problems.append(Problem(None, f"{_c(name)} {was}" + (f"; failing classes: {', '.join(map(_c, failing))}"
+                                                                   if failing else "")
+                                    + "".join(f"; {_t(x)}" for x in n.get("notes", [])[:2])))
             change.append("**fails**")
         if o is None:
-            rows.append(f"| `{name}` | - | {n['status']} | - -> {_judged(n)} | - -> {_margin(n):.2f} | "
+            rows.append(f"| {_c(name, table=True)} | - | {n['status']} | - -> {_judged(n)} | - -> {_margin(n):.2f} | "
                         f"{' '.join(change) or 'new'} |")
             continue
         if o["status"] != "unavailable" and n["status"] == "unavailable":
-            problems.append(Problem("lowering-removed", f"`{name}` stopped being checked: {n.get('reason', '')}"))
+            problems.append(Problem("lowering-removed", f"{_c(name)} stopped being checked: {_t(n.get('reason', ''))}"))
             change.append("**no longer checked**")
         elif n["status"] != "unavailable" and _judged(n) == 0:
-            problems.append(Problem("nothing-judged", f"`{name}` judged no case ({n.get('cases', 0)} drawn, all "
+            problems.append(Problem("nothing-judged", f"{_c(name)} judged no case ({n.get('cases', 0)} drawn, all "
                                                       f"unsupported)"))
             change.append("**judged none**")
         elif n["status"] != "unavailable":
             fewer = _fewer(o, n, strict) if o["status"] != "unavailable" else None
             if fewer:
-                problems.append(Problem("fewer-cases", f"`{name}` {fewer}"))
+                problems.append(Problem("fewer-cases", f"{_c(name)} {fewer}"))
                 change.append("**fewer cases**")
             jo, jn = _judged(o), _judged(n)
             for cls, oc in o.get("classes", {}).items():
                 if int(oc.get("cases", 0)) > 0 and int(n.get("classes", {}).get(cls, {}).get("cases", 0)) == 0:
                     gone = _class_gone(cls, int(oc["cases"]), jo, jn, strict)
                     if gone:
-                        problems.append(Problem("class-removed", f"`{name}`: {gone}"))
+                        problems.append(Problem("class-removed", f"{_c(name)}: {gone}"))
                         if "**class gone**" not in change:
                             change.append("**class gone**")
         mo, mn = _margin(o), _margin(n)
         if o["status"] == "pass" and n["status"] == "pass" and mn - mo > max_margin_growth:
-            problems.append(Problem("margin-growth", f"`{name}`: worst error margin grew from {mo:.2f} to {mn:.2f} of "
+            problems.append(Problem("margin-growth", f"{_c(name)}: worst error margin grew from {mo:.2f} to {mn:.2f} of "
                                                      f"the tolerance (+{mn - mo:.2f} > {max_margin_growth:g}); worst "
                                                      f"ulp {o.get('worst_ulp', 0):.2f} -> {n.get('worst_ulp', 0):.2f}"))
             change.append("**margin grew**")
         both_off = o["status"] == "unavailable" and n["status"] == "unavailable"
-        rows.append(f"| `{name}` | {o['status']} | {n['status']} | {_judged(o)} -> {_judged(n)} | {mo:.2f} -> {mn:.2f} | "
+        rows.append(f"| {_c(name, table=True)} | {o['status']} | {n['status']} | {_judged(o)} -> {_judged(n)} | {mo:.2f} -> {mn:.2f} | "
                     f"{' '.join(change) or ('not checked in either' if both_off else 'ok')} |")
 
     failing = [p for p in problems if p.rule is None or p.rule not in accept]

@@ -48,6 +48,7 @@ import traceback
 from typing import Any, Iterator
 
 from oracle.errors import InvalidInput
+from parity import ranges
 
 DEFAULT_TIMEOUT = 60.0  # seconds; available() may import a JIT library (flashinfer: seconds, cold)
 TIMEOUT_ENV = "DFLASH_PARITY_HOOK_TIMEOUT"
@@ -84,12 +85,15 @@ class HookFailure(BaseException):
 
 
 def _parse_timeout(text: str, where: str) -> float:
+    """Seconds in `parity.ranges`' range (more than 0, at most a day: the SIGALRM timer overflows far below
+    1e12 s); InvalidInput naming `where` otherwise."""
     try:
         v = float(text)
     except ValueError:
         v = float("nan")
-    if not (v > 0 and v != float("inf")):
-        raise InvalidInput(where, f"a positive number of seconds, got {text!r}")
+    problem = ranges.seconds_problem(v)
+    if problem is not None:
+        raise InvalidInput(where, f"{problem}, got {text!r}")
     return v
 
 
@@ -109,8 +113,11 @@ def set_timeout(seconds: float | None) -> None:
 
 @contextlib.contextmanager
 def timeout_set(seconds: float | None) -> Iterator[None]:
-    """Hooks called in the block get `seconds` (None: leave the current setting)."""
+    """Hooks called in the block get `seconds` (None: leave the current setting, `$DFLASH_PARITY_HOOK_TIMEOUT`
+    checked now: a bad one is InvalidInput naming it before any hook runs)."""
     global _timeout
+    if seconds is None:
+        timeout()
     saved = _timeout
     if seconds is not None:
         _timeout = float(seconds)

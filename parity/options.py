@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from parity import ranges
 from parity.config import DEVICES, DRAW_AHEAD, JOBS_STARTS, CheckConfig, parse_shard
 
 PYTEST_PREFIX = "--parity-"
@@ -27,7 +28,8 @@ _MISSING = object()
 
 
 # ---- parsers: (text, flag) -> value, or ValueError naming the flag ---------------------------------------
-def int_at_least(minimum: int, expected: str) -> Callable[[str, str], int]:
+def int_at_least(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str, str], int]:
+    """A parser of integers >= `minimum` (`expected` says so in words) and, given, <= `maximum`."""
     def parse(text: str, flag: str) -> int:
         try:
             v = int(text)
@@ -35,6 +37,8 @@ def int_at_least(minimum: int, expected: str) -> Callable[[str, str], int]:
             v = None
         if v is None or v < minimum:
             raise ValueError(f"{flag} must be {expected}, got {text!r}")
+        if maximum is not None and v > maximum:
+            raise ValueError(f"{flag} must be at most {maximum}, got {text!r}")
         return v
     return parse
 
@@ -44,12 +48,14 @@ nonneg_int = int_at_least(0, "an integer >= 0")
 
 
 def positive_seconds(text: str, flag: str) -> float:
+    """A number of seconds in `parity.ranges`' range (more than 0, at most a day)."""
     try:
         v = float(text)
     except (TypeError, ValueError):
         v = float("nan")
-    if not v > 0 or v == float("inf"):
-        raise ValueError(f"{flag} must be a positive number of seconds, got {text!r}")
+    problem = ranges.seconds_problem(v)
+    if problem is not None:
+        raise ValueError(f"{flag} must be {problem}, got {text!r}")
     return v
 
 
@@ -123,14 +129,15 @@ OPTIONS: tuple[Option, ...] = (
            common=True),
     Option("hook_timeout", "--hook-timeout",
            "seconds a lowering's available()/supports()/expected_calls() or a plugin's import may take before it "
-           "fails that lowering (default: $DFLASH_PARITY_HOOK_TIMEOUT or 60)", parse=positive_seconds,
+           "fails that lowering (default: $DFLASH_PARITY_HOOK_TIMEOUT or 60; at most 86400, a day)", parse=positive_seconds,
            metavar="SECONDS", common=True),
     Option("allow_loose_bounds", "--allow-loose-bounds",
            "accept bounds past the policy's sanity ceilings (parity.policy.CEILINGS; recorded in the report, "
            "refused by the gate unless it accepts loose-bounds)", kind="flag", default=False, common=True),
     # check
     Option("lowerings", "--lowering", "lowering to check (repeatable; default: all)", kind="append", metavar="NAME"),
-    Option("max_examples", "--max-examples", "cases per lowering (default: the profile's)", parse=positive_int),
+    Option("max_examples", "--max-examples", "cases per lowering (default: the profile's)",
+           parse=int_at_least(1, "a positive integer", ranges.MAX_EXAMPLES)),
     Option("seed", "--seed", "hypothesis seed (default: derandomized profiles fix it)", parse=nonneg_int),
     Option("profile", "--profile", "hypothesis profile (default: ci; under pytest: ci when $CI is set, else dev)",
            choices=_profiles, parse=profile, default="ci",
@@ -144,15 +151,16 @@ OPTIONS: tuple[Option, ...] = (
            "the run). Under pytest cases run in process unless --parity-isolate", kind="negated", default=True,
            pytest_default=False),
     Option("case_timeout", "--case-timeout", "isolated runs: seconds a case may take before its worker is killed and "
-           "the case fails as hung (default: 120)", parse=positive_seconds, metavar="SECONDS"),
+           "the case fails as hung (default: 120; at most 86400, a day)", parse=positive_seconds, metavar="SECONDS"),
     Option("kernel_names_every", "--kernel-names-every", "on CUDA, profile one case in N (by seed) and check its "
            "kernel names against the lowering's declaration (default 4; 0: never)",
            parse=int_at_least(0, "an integer >= 0"), metavar="N", default=4),
     Option("flaky_runs", "--flaky-runs", "times a failure is re-run to classify it, and runs per case when a flaky "
-           "failure is shrunk (default: the profile's; 0: none)", parse=nonneg_int, metavar="R"),
+           "failure is shrunk (default: the profile's; 0: none)",
+           parse=int_at_least(0, "an integer >= 0", ranges.MAX_FLAKY_RUNS), metavar="R"),
     Option("jobs", "--jobs", "check up to N lowerings at once, each in its own process on the same device, round-robin "
            "over the visible GPUs on cuda (default 1; each draws the cases a serial run draws)",
-           parse=positive_int, metavar="N", default=1, pytest=False),
+           parse=int_at_least(1, "a positive integer", ranges.MAX_JOBS), metavar="N", default=1, pytest=False),
     Option("jobs_start", "--jobs-start", "how --jobs children start: prefork (default: forked from one process that "
            "imported torch, the profiler's modules, triton, hypothesis and this project once, without touching CUDA; a "
            "fresh "
@@ -161,7 +169,8 @@ OPTIONS: tuple[Option, ...] = (
            pytest=False),
     Option("threads", "--threads", "torch CPU threads of each process that runs cases (this one, each --jobs child, "
            "each isolated worker; default: the cores over the processes running cases at once, at least 1: "
-           "os.cpu_count() // (--jobs x pytest-xdist workers))", parse=positive_int, metavar="N"),
+           "os.cpu_count() // (--jobs x pytest-xdist workers))",
+           parse=int_at_least(1, "a positive integer", ranges.MAX_THREADS), metavar="N"),
     Option("draw_ahead", "--draw-ahead", "auto (default: on for 100 cases a lowering or more where a process has "
            "two cores of its own; a lowering's --shards share one drawer), on or off: a forked process draws the "
            "cases while this one judges them; the same cases, verdicts and shrunk failures (see parity.draw_ahead)",

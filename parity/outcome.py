@@ -18,8 +18,8 @@ reads it back (failures are kept as written). Non-finite figures are written as 
 `"-inf"` and `"nan"` (`jsonable`) and read back as floats (`unjson`).
 
 Public: `CaseOutcome`, `Failure`, `LoweringReport`, `merge_entries`, `PHASES`, `INVALID`, `SKIPPED`,
-`case_class`, `jsonable`, `unjson`, `finite`, `lowering_stem`, `failure_filename`, `example_line`,
-`failure_extras`, `failure_figures`, `FAMILY_KEYS`.
+`case_class`, `jsonable`, `unjson`, `finite`, `lowering_stem` and `failure_filename` (`parity.file_names`),
+`example_line`, `failure_extras`, `failure_figures`, `FAMILY_KEYS`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from oracle.case import Case
 from parity import drawn as drawn_mod
+from parity.file_names import failure_filename, lowering_stem  # noqa: F401  (public here too)
 from parity.judge import Comparison
 
 INVALID = "invalid"  # a case whose oracle is not finite: bad input (`parity.case_run.oracle_problem`), never a verdict
@@ -173,15 +174,6 @@ class Failure:
     classification: Any = None
     sanitizer: str = ""
     saved: dict[str, Any] | None = None
-
-
-def lowering_stem(lowering: str) -> str:
-    """A lowering's name as a file name stem (its failure files are `<stem>-<n>.json`)."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
-
-
-def failure_filename(lowering: str, n: int) -> str:
-    return f"{lowering_stem(lowering)}-{n}.json"
 
 
 def example_line(case_json: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ the verdict, is written last, so a run that fails to write the others (a full di
 A serial run of several lowerings writes each finished lowering's failure files and `parity.partial.json`
 (the report so far, marked partial: never a verdict) before the next lowering starts (`write_progress`).
 
-A failure file (`failures/<lowering>-<n>.json`) stands on its own: `{"lowering", "device", "shrunk",
+A failure file (`failures/<lowering>-<n>.json`, `<lowering>` one-to-one with the name:
+`parity.file_names.lowering_stem`) stands on its own: `{"lowering", "device", "shrunk",
 "failures", "case", "figures" (the failing case's main comparison, {} for a crash), "plugins": [{"path",
 "sha256"}] (the plugin file that registered the lowering; `repro` loads it again), "replay": the exact
 command}`.
@@ -65,11 +66,13 @@ import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
 import torch
 
 from parity.drawn import summary_lines as drawn_summary_lines
+from parity.escape import md_code, md_text
+from parity.file_names import check_distinct, stem_files
+from parity.junit import junit_xml  # noqa: F401  (public here too)
 from parity.outcome import (LoweringReport, example_line, failure_extras, failure_filename,  # noqa: F401
                             failure_figures as _failure_figures, lowering_stem)
 
@@ -167,8 +170,9 @@ def write_failure_files(report_dir: str | Path, reports: list[LoweringReport], *
     """Each report's `failures/<stem>-<n>.json` (see the module docstring), after removing the lowering's
     failure files of an earlier run (they were replayed first; this run writes its own)."""
     d = Path(report_dir)
+    check_distinct([r.lowering for r in reports], "--lowering")
     for r in reports:
-        for old in (d / "failures").glob(f"{lowering_stem(r.lowering)}-*.json"):
+        for old in stem_files(d / "failures", lowering_stem(r.lowering)):
             old.unlink()
         for n, f in enumerate(r.failures, 1):
             path = d / "failures" / failure_filename(r.lowering, n)
@@ -230,31 +234,6 @@ def write_merged(report_dir: str | Path, data: dict[str, Any]) -> None:
     atomic_write(d / "summary.md", summary_md(data, report_dir=d))
     atomic_write(d / "parity.json", dumps(data) + "\n")
     (d / PARTIAL_NAME).unlink(missing_ok=True)
-
-
-def junit_xml(data: dict[str, Any]) -> str:
-    lows = data["lowerings"]
-    n_fail = sum(1 for v in lows.values() if v["status"] == "fail")
-    n_skip = sum(1 for v in lows.values() if v["status"] == "unavailable")
-    nothing = data.get("verdict") == "nothing judged"
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuite name="dflash-parity" tests="{len(lows) + nothing}" failures="{n_fail + nothing}" '
-             f'skipped="{n_skip}" errors="0">']
-    if nothing:  # all skipped must not read as success
-        msg = "nothing was judged: every lowering unavailable or every case unsupported"
-        lines.append(f'  <testcase classname="dflash-parity" name="nothing judged"><failure message={quoteattr(msg)}/>'
-                     f'</testcase>')
-    for name, v in lows.items():
-        attrs = f'classname="dflash-parity.{escape(data["device"])}" name={quoteattr(name)} time="{v["seconds"]}"'
-        if v["status"] == "fail":
-            msg = "; ".join(f for fl in v["failures"] for f in fl["failures"]) or "; ".join(v["notes"])
-            lines.append(f"  <testcase {attrs}><failure message={quoteattr(msg[:500])}>{escape(msg)}</failure></testcase>")
-        elif v["status"] == "unavailable":
-            lines.append(f"  <testcase {attrs}><skipped message={quoteattr(v['reason'])}/></testcase>")
-        else:
-            lines.append(f"  <testcase {attrs}/>")
-    lines.append("</testsuite>")
-    return "\n".join(lines) + "\n"
 
 
 def _short_case(cj: dict[str, Any] | None) -> str:
@@ -341,30 +320,32 @@ def settings_line(data: dict[str, Any]) -> str:
     st = data.get("settings", {})
     on = lambda b: "on" if b else "**off**"  # noqa: E731
     git = data.get("git") or {}
-    parts = [f"seed {st.get('seed')}{' (derandomized)' if st.get('derandomized') else ''}",
-             f"max {st.get('max_examples')} cases per lowering", f"hardening {on(st.get('hardening'))}",
+    parts = [f"seed {md_text(st.get('seed'))}{' (derandomized)' if st.get('derandomized') else ''}",
+             f"max {md_text(st.get('max_examples'))} cases per lowering", f"hardening {on(st.get('hardening'))}",
              f"isolation {on(st.get('isolation'))}"]
     if st.get("limits"):
-        parts.append("limits " + " ".join(f"`{x}`" for x in st["limits"]))
+        parts.append("limits " + " ".join(md_code(x) for x in st["limits"]))
     if st.get("allow_loose_bounds"):
         parts.append("**bounds past the sanity ceilings allowed**")
     if st.get("mps"):
-        parts.append(f"CUDA MPS {st['mps']}")
+        parts.append(f"CUDA MPS {md_text(st['mps'])}")
     pol = data.get("policy", {})
-    parts.append(f"policy `{pol.get('file', '?')}` sha256 {str(pol.get('sha256', ''))[:12]}")
+    parts.append(f"policy {md_code(pol.get('file', '?'))} sha256 {md_text(str(pol.get('sha256', ''))[:12])}")
     if git.get("commit"):
-        parts.append(f"commit {git['commit'][:12]}{' (dirty)' if git.get('dirty') else ''}")
+        parts.append(f"commit {md_text(str(git['commit'])[:12])}{' (dirty)' if git.get('dirty') else ''}")
     return "; ".join(parts)
 
 
 def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> str:
     """The Markdown summary; each failure with its exact replay command (its file under `report_dir` when
-    given) and its whole `@example(...)` line."""
+    given) and its whole `@example(...)` line. Every text from a plugin or a report read back is escaped
+    (`parity.escape`): no name, reason or message can add a heading, a row or a verdict."""
     lows = data["lowerings"]
     failed = [n for n, v in lows.items() if v["status"] == "fail"]
-    head = (data.get("verdict") or ("fail" if failed else "pass")).upper()
+    head = md_text(str(data.get("verdict") or ("fail" if failed else "pass")).upper())
     lines = [f"# dflash-parity: {head}", "",
-             f"device `{data['device']}`, profile `{data['profile']}`, torch {data['torch']}, {data['created']}", ""]
+             f"device {md_code(data['device'])}, profile {md_code(data['profile'])}, torch {md_text(data['torch'])}, "
+             f"{md_text(data['created'])}", ""]
     if data.get("settings"):
         lines += [settings_line(data), ""]
     if head == "NOTHING JUDGED":
@@ -373,56 +354,57 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     lines.append("| " + " | ".join(rows[0]) + " |")
     lines.append("|" + "---|" * len(rows[0]))
     for r in rows[1:]:
-        lines.append("| " + " | ".join(r) + " |")
+        lines.append("| " + " | ".join(md_text(c, table=True) for c in r) + " |")
     lines.append("")
     lines.append("margin = worst error as a fraction of its tolerance (1.0 = at the bound).")
     lines.append("")
+    code, text = md_code, md_text
     for name, v in lows.items():
         if v["status"] == "unavailable":
-            lines.append(f"- `{name}`: not run here: {v['reason']}")
+            lines.append(f"- {code(name)}: not run here: {text(v['reason'])}")
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("cases", 0) - v.get("unsupported", 0) == 0:
-            lines.append(f"- `{name}`: judged no case: {v.get('reason') or 'every case drawn was unsupported'}")
+            lines.append(f"- {code(name)}: judged no case: {text(v.get('reason') or 'every case drawn was unsupported')}")
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
-            lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
+            lines.append(f"- {code(name)}: worst margin {v['worst_margin']:.2f} on {text(_short_case(v['worst_case']))}")
     for name, v in lows.items():
         if v.get("shards"):
-            lines.append(f"- `{name}`: checked in {v['shards']} shard processes (each ran one in {v['shards']} of the "
-                         f"drawn cases; compile counts are per process)")
+            lines.append(f"- {code(name)}: checked in {text(v['shards'])} shard processes (each ran one in "
+                         f"{text(v['shards'])} of the drawn cases; compile counts are per process)")
     for name, v in lows.items():
         line = phase_line(v)
         if line:
-            lines.append(f"- `{name}` time: {line}")
+            lines.append(f"- {code(name)} time: {text(line)}")
     for name, v in lows.items():
         line = oracle_line(v)
         if line:
             lines.append(f"- `{name}` oracle: {line}")
     for name, v in lows.items():
         if v.get("bounds"):
-            lines.append(f"- `{name}` bounds: " + "; ".join(f"`{e}` on {u['cases']} case(s) ({u['why']})"
-                                                          for e, u in v["bounds"].items()))
+            lines.append(f"- {code(name)} bounds: " + "; ".join(f"{code(e)} on {text(u['cases'])} case(s) "
+                                                              f"({text(u['why'])})" for e, u in v["bounds"].items()))
         for check, sk in (v.get("skipped") or {}).items():
-            lines.append(f"- `{name}`: {check} skipped on {sk['cases']} case(s) for lack of device memory "
-                         f"(first: {sk['why']})")
+            lines.append(f"- {code(name)}: {text(check)} skipped on {text(sk['cases'])} case(s) for lack of device "
+                         f"memory (first: {text(sk['why'])})")
         for _, rt in (v.get("retried") or {}).items():
-            lines.append(f"- `{name}`: judged again alone on {rt['cases']} case(s) that ran out of device memory "
-                         f"beside other processes (first: {rt['why']})")
+            lines.append(f"- {code(name)}: judged again alone on {text(rt['cases'])} case(s) that ran out of device "
+                         f"memory beside other processes (first: {text(rt['why'])})")
     for entry in data.get("tolerances_unmatched", []):
-        lines.append(f"- {unmatched_line(data.get('tolerances') or 'tolerances.toml', entry)}")
+        lines.append(f"- {text(unmatched_line(data.get('tolerances') or 'tolerances.toml', entry))}")
     lines += drawn_summary_lines(lows)
     for name in failed:
         v = lows[name]
-        lines += ["", f"## `{name}` {'interrupted' if _stopped_with_nothing_failed(v) else 'failed'}", ""]
+        lines += ["", f"## {code(name)} {'interrupted' if _stopped_with_nothing_failed(v) else 'failed'}", ""]
         for note in v["notes"]:
-            lines.append(f"- {note}")
+            lines.append(f"- {text(note)}")
         for fl in v["failures"]:
-            lines.append(f"- shrunk case `{fl['file']}`: {_short_case(fl['case'])}")
+            lines.append(f"- shrunk case {code(fl['file'])}: {text(_short_case(fl['case']))}")
             for msg in fl["failures"]:
-                lines.append(f"  - {msg}")
+                lines.append(f"  - {text(msg)}")
             if fl.get("runs"):
-                lines.append(f"  - re-run: {fl['runs']}")
+                lines.append(f"  - re-run: {text(fl['runs'])}")
             path = Path(report_dir) / fl["file"] if report_dir is not None else fl["file"]
-            lines.append(f"  - replay: `{replay_command(path, fl.get('replay_args'))}`")
-            lines.append(f"  - `{fl['example']}`")
+            lines.append(f"  - replay: {code(replay_command(path, fl.get('replay_args')))}")
+            lines.append(f"  - {code(fl['example'])}")
     return "\n".join(lines) + "\n"

@@ -147,16 +147,16 @@ class CheckSession:
 
     @contextlib.contextmanager
     def holding_report_dir(self) -> Iterator[None]:
-        """The report directory proven writable and free of links out of it, and locked against another
-        check, for the block (nothing when the session writes no report)."""
+        """The report directory free of links out of it, locked against another check, the previous run's
+        verdict moved out of the gate's way and the directory proven writable, for the block
+        (`parity.report_dir.taken`; nothing when the session writes no report)."""
         if self.report_dir is None:
             yield
             return
         from parity import report_dir as report_dir_mod
         from parity.report import PARTIAL_NAME
 
-        d = report_dir_mod.prepare(self.report_dir)
-        with report_dir_mod.locked(d):
+        with report_dir_mod.taken(self.report_dir) as d:
             (d / PARTIAL_NAME).unlink(missing_ok=True)
             yield
 
@@ -174,10 +174,11 @@ class CheckSession:
     def start_run(self) -> None:
         """The run's id and start time; the report directory marked in progress (`parity.rundir`)."""
         from parity import provenance, rundir
+        from parity import report_dir as report_dir_mod
 
         self.run_id, self.started = provenance.new_run_id(), provenance.now()
         if self.report_dir is not None:
-            rundir.begin(self.report_dir, self.run_id, self.started)
+            report_dir_mod.written(self.report_dir, rundir.begin, self.report_dir, self.run_id, self.started)
 
     def header_for(self, names: Sequence[str], **settings_extra: Any) -> None:
         """The report's header (`parity.provenance.run_header`) for the lowerings `names`."""
@@ -204,9 +205,9 @@ class CheckSession:
             return []
         from parity.intake import check_case_fits, read_case_file
         from parity.isolation import inflight_path
-        from parity.report import lowering_stem
+        from parity.file_names import lowering_stem, stem_files
 
-        files = sorted((self.report_dir / "failures").glob(f"{lowering_stem(name)}-*.json"))
+        files = stem_files(self.report_dir / "failures", lowering_stem(name))
         inflight = inflight_path(self.report_dir / "inflight", name)
         if inflight.exists() or inflight.is_symlink():
             files.append(inflight)
@@ -410,12 +411,14 @@ class CheckSession:
         """Check every selected lowering (over `--jobs` children when asked) and write the report; the
         report data. `progress_for(name, shard)`: the progress callback of one lowering's sweep."""
         from parity import shards as shards_mod
+        from parity.file_names import check_distinct
         from strategies import limit_overrides  # noqa: F401  (the limits were checked by the config)
 
         self.load()
         cfg = self.config
         selected = self.selected()
         names = [lw.name for lw in selected]
+        check_distinct(names)  # one failure-file stem each (parity.file_names), said before the first case
         shard_counts = shards_mod.parse_shards(list(cfg.shards), names)
         if cfg.mps:
             from oracle.errors import InvalidInput

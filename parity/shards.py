@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from oracle.errors import InvalidInput
 from parity.config import parse_shard  # noqa: F401  (`--shard I/S` -> (I, S))
+from parity.file_names import stem_files
 from parity.outcome import FAMILY_KEYS  # noqa: F401  (a part's {family: compilations}; merged away)
 
 MAX_SHARDS = 64
@@ -89,9 +90,9 @@ def collect_failures(report_dir: Path, stem: str, entry: dict[str, Any], shard_d
     no longer names (a case two shards shrank to: one failure); keep the first case a shard left in flight
     in `<report>/inflight/` for the next run's replay."""
     fdir = Path(report_dir) / "failures"
-    for old in fdir.glob(f"{stem}-*.json"):
+    for old in stem_files(fdir, stem):
         old.unlink()
-    by_name = {f"{d.name}/failures/{f.name}": f for d in shard_dirs for f in (d / "failures").glob(f"{stem}-*.json")}
+    by_name = {f"{d.name}/failures/{f.name}": f for d in shard_dirs for f in stem_files(d / "failures", stem)}
     for n, fl in enumerate(entry.get("failures", []), 1):
         src = by_name.get(fl.get("file", ""))
         if src is None or not src.is_file():

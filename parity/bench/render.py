@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from parity.bench.measure import Measurement
 from parity.bench.tables import Table, fmt_us
+from parity.escape import md_text
 from parity.report import format_table
 
 PNG_SKIPPED = "matplotlib not installed: PNG skipped"
@@ -45,7 +46,8 @@ def terminal(t: Table) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell's text made inert (lowering labels and reasons come from plugins: `parity.escape`)."""
+    return md_text(text, table=True)
 
 
 def md_table(rows: Sequence[Sequence[str]]) -> str:
@@ -79,7 +81,7 @@ def markdown(meta: dict[str, Any], tables: Sequence[Table], png: dict[str, str |
         parts.append(md_table(grid(t)) if t.rows else "(no rows)")
         if png.get(t.id):
             parts += ["", f"![{t.id}]({png[t.id]})"]
-        parts += [""] + [f"- {n}" for n in t.notes]
+        parts += [""] + [f"- {md_text(n)}" for n in t.notes]
         if t.measurements:
             parts += ["", f"### {t.id}: every measurement", "", md_table(measurement_rows(t.measurements))]
     return "\n".join(parts) + "\n"

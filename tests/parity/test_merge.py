@@ -145,3 +145,100 @@ def test_a_failure_found_by_two_shards_is_copied_from_a_shard_that_found_it(tmp_
     copied = [json.loads((tmp_path / "out" / "failures" / f"m-{n}.json").read_text()) for n in (1, 2)]
     assert [(c["case"], c["from"]) for c in copied] == [(cases["A"], "s0"), (cases["B"], "s2")]
     assert str(tmp_path / "out" / "failures" / "m-2.json") in copied[1]["replay"]
+
+
+# ---- a shard report is input (issue 49): paths, verdicts, partitions, sizes, machine facts ------------------
+
+def _merge(argv: list, capsys) -> tuple[int, str]:
+    code = cli.main(["merge", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, err
+
+
+def _with_failure_file(tmp: Path, file: str) -> str:
+    """A copy of shard 1 whose first failure of the mutant names `file`."""
+    def edit(d):
+        fails = d["lowerings"]["my_windowed_merge"]["failures"]
+        assert fails, "shard 1 of the mutant found a failure"
+        fails[0]["file"] = file
+    return _copy(tmp, "s1", edit)
+
+
+@pytest.mark.parametrize("how", ["../../x", "absolute", "link out"])
+def test_a_failure_file_outside_its_shard_is_refused(runs, tmp_path, capsys, how):
+    """A failure file named `../../x`, an absolute path or a link out of the shard's directory: refused
+    naming the shard and the field (exit 2), before the output directory is written; nothing is copied."""
+    tmp, _ = runs
+    secret = tmp / "x"
+    secret.write_text("a file outside every report directory\n")
+    if how == "link out":
+        d = _with_failure_file(tmp, "failures/linked.json")
+        (Path(d) / "failures" / "linked.json").symlink_to(secret)
+    else:
+        d = _with_failure_file(tmp, "../../x" if how == "../../x" else str(secret))
+    out = tmp_path / "out"
+    code, err = _merge([tmp / "s0", d, tmp / "s2", "--report", out, "--quiet"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"REPORT {d}/parity.json: lowerings.my_windowed_merge.failures[0].file" in err and "outside" in err, err
+    assert not out.exists() or not any("outside every report" in f.read_text() for f in out.rglob("*.json"))
+
+
+def test_a_shard_edited_to_pass_merges_as_fail(runs, tmp_path, capsys):
+    """Every shard hand-edited to `"status": "pass"` and `"verdict": "pass"` with its failures still listed:
+    the merged verdict is recomputed from the cases and failures (fail, exit 1)."""
+    tmp, _ = runs
+
+    def edit(d):
+        d["verdict"] = "pass"
+        for v in d["lowerings"].values():
+            v["status"] = "pass"
+    shards = [_copy(tmp, f"s{i}", edit) for i in range(3)]
+    assert any(_report(Path(s))["lowerings"]["my_windowed_merge"]["failures"] for s in shards)
+    code, err = _merge([*shards, "--report", tmp_path / "out", "--quiet"], capsys)
+    merged = _report(tmp_path / "out")
+    assert code == 1 and merged["verdict"] == "fail", err
+    assert merged["lowerings"]["my_windowed_merge"]["status"] == "fail"
+
+
+def test_a_shard_relabelled_as_another_is_refused(runs, tmp_path, capsys):
+    """Shard 0's report copied and relabelled as shard 1 (its run id unchanged): named as a copy, exit 2."""
+    tmp, _ = runs
+    relabelled = _copy(tmp, "s0", lambda d: d["settings"].update(shard="1/3"))
+    code, err = _merge([tmp / "s0", relabelled, tmp / "s2", "--report", tmp_path / "out"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"REPORT {relabelled}/parity.json: shard 1/3 is a copy of another shard's report" in err, err
+
+
+@pytest.mark.parametrize("count", ["2000", "30000000"])
+def test_a_huge_shard_count_is_refused_before_anything_is_sized(runs, tmp_path, capsys, count):
+    """`check --shard 0/S` and a shard report claiming S past the documented range: refused (exit 2),
+    never an allocation of S entries; so are more shard reports than a run can have."""
+    tmp, _ = runs
+    code = cli.main(["check", "--shard", f"0/{count}", *COMMON, "--report", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--shard: S at most 1024 shards" in err, err
+    huge = _copy(tmp, "s0", lambda d: d["settings"].update(shard=f"0/{count}"))
+    code, err = _merge([huge, "--report", tmp_path / "out"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "settings.shard: S at most 1024 shards" in err, err
+    code, err = _merge([tmp / "s0"] * 1025 + ["--report", tmp_path / "out"], capsys)
+    assert code == 2 and "1025 shard reports given; a run is split in at most 1024 shards" in err, err
+
+
+def test_shards_differ_freely_in_machine_facts(runs, tmp_path, capsys):
+    """The same policy file at another path, another core count (threads), another device name: one run."""
+    tmp, _ = runs
+
+    def elsewhere(d):
+        d["policy"]["file"] = d["tolerances"] = "/elsewhere/tolerances.toml"
+        d["settings"].update(threads=64, device_name="another host")
+    moved = _copy(tmp, "s2", elsewhere)
+    code, err = _merge([tmp / "s0", tmp / "s1", moved, "--report", tmp_path / "out", "--quiet"], capsys)
+    assert code == 1 and _report(tmp_path / "out")["verdict"] == "fail", err  # the mutant's failure, as merged
+
+
+def test_merge_into_an_empty_report_path_is_refused(runs, tmp_path, capsys, monkeypatch):
+    """`--report ''` once merged into the working directory."""
+    tmp, _ = runs
+    monkeypatch.chdir(tmp_path)
+    code, err = _merge([tmp / "s0", tmp / "s1", tmp / "s2", "--report", ""], capsys)
+    assert code == 2 and "--report: an empty path" in err and not list(tmp_path.iterdir()), err

@@ -90,6 +90,9 @@ def test_parity(parity_lowering, parity_check):
     broken.write_text("def oops(:\n")
     for args, says in ((["--parity-limit", "head_dim=64"], "ERROR: --parity-limit: expected FIELD=VALUE"),
                        (["--parity-max-examples", "x"], "ERROR: --parity-max-examples must be a positive integer, got 'x'"),
+                       (["--parity-hook-timeout", "1e12"],  # the timer overflowed: built-ins failed (issue 49)
+                        "ERROR: --parity-hook-timeout must be at most 86400 seconds (one day), got '1e12'"),
+                       (["--parity-report", ""], "ERROR: --parity-report: an empty path: give a report directory"),
                        (["--parity-plugin", str(broken)], f"ERROR: --parity-plugin {broken}: "),
                        (["--parity-device", "cuda"], "ERROR: --parity-device cuda: needs a CUDA GPU")):
         if args[1] == "cuda" and torch.cuda.is_available():
