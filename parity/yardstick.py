@@ -24,6 +24,7 @@ from oracle.reference import attention, kv_read_exactly, working_dtype_output
 WORKING_DTYPE = "working-dtype"
 ROUNDED_ORACLE = "rounded-oracle"
 DEFAULT = WORKING_DTYPE
+BUILT_IN = (WORKING_DTYPE, ROUNDED_ORACLE)  # computed by the oracle's engine, never a lowering's `run`
 DESCRIPTIONS = {
     WORKING_DTYPE: "the working-dtype reference's (fp32 scores, P rounded to {dtype} before P.V, output rounded)",
     ROUNDED_ORACLE: "the rounded oracle's",
