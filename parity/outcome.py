@@ -258,6 +258,7 @@ class LoweringReport:
     skipped: dict = field(default_factory=dict)  # check -> {"cases": n, "why": the first case's reason}
     retried: dict = field(default_factory=dict)  # why -> {"cases": n, "why": the first case's} (judged again alone)
     shards: int = 0  # the processes it ran in, when more than one (merged parts)
+    lse_checked: bool = True  # False: the lowering declares no LSE (`lse_base = NO_LSE`): its output judged alone
 
     @property
     def worst_margin(self) -> float:
@@ -344,7 +345,8 @@ class LoweringReport:
         base = max(ran, key=lambda p: p.cases)  # a part that ran (not a lost one's stub)
         out = cls(base.lowering, base.device, "fail" if any(p.status == "fail" for p in ran) else "pass",
                   reason=base.reason, max_compiles=base.max_compiles, shards=len(parts),
-                  seconds=max(p.seconds for p in ran), interrupted=any(p.interrupted for p in parts))
+                  seconds=max(p.seconds for p in ran), interrupted=any(p.interrupted for p in parts),
+                  lse_checked=all(p.lse_checked for p in ran))
         for p in ran:
             out.add(p, same_process=False)
         out.extra = [f"shard {n + 1}/{len(parts)}: {note}" for n, p in enumerate(parts) for note in p.extra]
@@ -389,6 +391,8 @@ class LoweringReport:
             "bounds": {k: dict(v) for k, v in self.bounds.items()},
             "drawn": self.drawn, "skipped": self.skipped,
         }
+        if not self.lse_checked:  # written only when false: an output-only lowering (`lse_base = NO_LSE`)
+            entry["lse_checked"] = False
         if self.retried:  # written only when some case was judged again
             entry["retried"] = self.retried
         if self.shards:
@@ -426,7 +430,8 @@ class LoweringReport:
                   bounds={k: dict(v) for k, v in (entry.get("bounds") or {}).items()},
                   skipped={k: dict(v) for k, v in (entry.get("skipped") or {}).items()},
                   retried={k: dict(v) for k, v in (entry.get("retried") or {}).items()},
-                  shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)))
+                  shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)),
+                  lse_checked=entry.get("lse_checked", True) is not False)
         _add_drawn(rep.drawn, entry.get("drawn") or {})
         worst = case("worst_case")
         if worst is not None:

@@ -37,6 +37,8 @@ command}`.
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str], "interrupted": true (only when a signal stopped it),
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
+        "lse_checked": false (only when the lowering declares no LSE, `lse_base = None`: its output judged
+                  alone; parity.lse_report),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
@@ -69,6 +71,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import torch
 
+from parity import lse_report
 from parity.drawn import summary_lines as drawn_summary_lines
 from parity.outcome import (LoweringReport, example_line, failure_extras, failure_filename,  # noqa: F401
                             failure_figures as _failure_figures, lowering_stem)
@@ -248,9 +251,12 @@ def junit_xml(data: dict[str, Any]) -> str:
         attrs = f'classname="dflash-parity.{escape(data["device"])}" name={quoteattr(name)} time="{v["seconds"]}"'
         if v["status"] == "fail":
             msg = "; ".join(f for fl in v["failures"] for f in fl["failures"]) or "; ".join(v["notes"])
-            lines.append(f"  <testcase {attrs}><failure message={quoteattr(msg[:500])}>{escape(msg)}</failure></testcase>")
+            lines.append(f"  <testcase {attrs}>{lse_report.junit_properties(v)}<failure message={quoteattr(msg[:500])}>"
+                         f"{escape(msg)}</failure></testcase>")
         elif v["status"] == "unavailable":
             lines.append(f"  <testcase {attrs}><skipped message={quoteattr(v['reason'])}/></testcase>")
+        elif lse_report.junit_properties(v):
+            lines.append(f"  <testcase {attrs}>{lse_report.junit_properties(v)}</testcase>")
         else:
             lines.append(f"  <testcase {attrs}/>")
     lines.append("</testsuite>")
@@ -284,7 +290,7 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
         elif v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
             figs = (v["failures"][0].get("figures") or {}) if v["failures"] else {}
             ulp, rel, margin = figs.get("out_ulp", "-"), figs.get("out_rel_l2", "-"), figs.get("margin", "-")
-        rows.append([name, status, str(v["cases"]),
+        rows.append([name, lse_report.status_cell(v, status), str(v["cases"]),
                      str(len(v["failures"])), str(v["unsupported"]), _fmt(ulp, ".2f"), _fmt(rel, ".2e"),
                      _fmt(margin, ".2f"),
                      f"{v['calls_checked']} ok" if v["status"] == "pass" else str(v["calls_checked"]),
@@ -374,6 +380,7 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
             lines.append(f"- `{name}`: worst margin {v['worst_margin']:.2f} on {_short_case(v['worst_case'])}")
+    lines += lse_report.summary_lines(lows)
     for name, v in lows.items():
         if v.get("shards"):
             lines.append(f"- `{name}`: checked in {v['shards']} shard processes (each ran one in {v['shards']} of the "

@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from lowerings.protocol import Lowering, device_refusal
+from lowerings.protocol import Lowering, device_refusal, returns_lse
 from oracle.case import Case
 from parity import draw_ahead as ahead, flakiness as fl, hooks
 from parity.case_run import compile_family, refuse_invalid, run_case
@@ -302,7 +302,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     run_case = base_run_case = reruns.history.wrap(run_case)
 
     t0 = time.perf_counter()
-    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
+    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles,
+                            lse_checked=returns_lse(lowering))
     try:
         return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
