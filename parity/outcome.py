@@ -162,13 +162,15 @@ class CaseOutcome:
 class Failure:
     """A shrunk failing case with its outcome; what re-running it showed (`parity.flakiness.Classification`,
     "failed k of R runs") and, on CUDA, what the stream sanitizer found replaying it. `saved`: the failure
-    as a report entry recorded it, when it was read back from one (`LoweringReport.from_json`)."""
+    as a report entry recorded it, when it was read back from one (`LoweringReport.from_json`). `slip`: how
+    it stands to a shrink that slipped from one failure to another (`parity.slips`), "" when none did."""
 
     outcome: CaseOutcome
     shrunk: bool
     classification: Any = None
     sanitizer: str = ""
     saved: dict[str, Any] | None = None
+    slip: str = ""
 
 
 def lowering_stem(lowering: str) -> str:
@@ -193,8 +195,11 @@ def failure_figures(outcome: CaseOutcome) -> dict[str, Any]:
 
 
 def failure_extras(f: Failure) -> dict[str, Any]:
-    """What re-running a failure showed (`runs`, `classification`) and the sanitizer's report, when known."""
+    """What re-running a failure showed (`runs`, `classification`), the sanitizer's report and the shrink's
+    slip (`parity.slips`), when known."""
     extra: dict[str, Any] = {}
+    if getattr(f, "slip", ""):
+        extra["slip"] = f.slip
     c = getattr(f, "classification", None)
     if c is not None:
         extra["runs"] = c.runs_line

@@ -51,7 +51,8 @@ command}`.
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str,
                       "figures": {...} (the failing case's; optional), "replay_args": [str] (optional),
                       "runs": str ("failed k of R runs"; optional), "classification": {...} (optional,
-                      parity.flakiness.Classification.to_json), "sanitizer": str (optional)}]}},
+                      parity.flakiness.Classification.to_json), "sanitizer": str (optional), "slip": str
+                      (optional: a shrink that slipped from this failure or to it, parity.slips)}]}},
      "tolerances_unmatched": [ENTRY] (optional: tolerances.toml entries that matched no case in this run)}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
