@@ -10,6 +10,8 @@ A user's plugin file::
         def expected_calls(self, case): return {"my_kernel": 1}
         def run(self, inputs): ...  # -> LoweringResult(out, lse)
     register(MyKernel())
+
+A kernel that returns no LSE declares `lse_base = NO_LSE` and returns `LoweringResult(out, lse=None)`.
 """
 
 from lowerings._triton_env import interpret_where_no_gpu
@@ -17,10 +19,10 @@ from lowerings._triton_env import interpret_where_no_gpu
 interpret_where_no_gpu()  # before anything imports triton.language (torch._dynamo does): see _triton_env
 
 from lowerings.counters import KernelCounter, counted, record, record_compile  # noqa: E402
-from lowerings.protocol import BASE_2, BASE_E, Lowering, LoweringResult, Partial  # noqa: E402
+from lowerings.protocol import BASE_2, BASE_E, NO_LSE, Lowering, LoweringResult, Partial  # noqa: E402
 from lowerings.registry import all_lowerings, get, load_plugin, names, register, unregister  # noqa: E402
 
 __all__ = [
-    "BASE_2", "BASE_E", "KernelCounter", "Lowering", "LoweringResult", "Partial", "all_lowerings", "counted",
-    "get", "load_plugin", "names", "record", "record_compile", "register", "unregister",
+    "BASE_2", "BASE_E", "NO_LSE", "KernelCounter", "Lowering", "LoweringResult", "Partial", "all_lowerings",
+    "counted", "get", "load_plugin", "names", "record", "record_compile", "register", "unregister",
 ]

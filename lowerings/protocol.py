@@ -19,21 +19,24 @@ from oracle.inputs import Inputs
 
 BASE_E = math.e
 BASE_2 = 2.0
+NO_LSE = None  # `lse_base = NO_LSE`: `run` returns no LSE (`lse=None`); its output is judged alone
 
 
 @dataclass(frozen=True)
 class Partial:
     """One partial result a lowering exposes before its merge (a split, part A, part B).
 
-    `out [B, K, Hq, D]`, `lse [B, K, Hq]` in base `lse_base`; the keys it covers are the case's keys
-    under `window` (default: the case's window), restricted, when `future_block_keys_right` is set, to
-    the later block keys `j` with `i < j <= min(K-1, i + right)` (part B of a windowed merge), or to an
-    explicit `key_mask` (boolean, broadcastable to `[B, K, Hq, T]` over absolute key positions).
+    `out [B, K, Hq, D]`, `lse [B, K, Hq]` in base `lse_base`, or `lse=None` with `lse_base=NO_LSE` (None)
+    for a partial that has no LSE (its output is judged alone; one without the other fails the lowering);
+    the keys it covers are the case's keys under `window` (default: the case's window), restricted, when
+    `future_block_keys_right` is set, to the later block keys `j` with `i < j <= min(K-1, i + right)` (part B
+    of a windowed merge), or to an explicit `key_mask` (boolean, broadcastable to `[B, K, Hq, T]` over
+    absolute key positions).
     """
 
     out: torch.Tensor
-    lse: torch.Tensor
-    lse_base: float
+    lse: torch.Tensor | None
+    lse_base: float | None
     window: tuple[int, int] | None = None
     future_block_keys_right: int | None = None
     key_mask: torch.Tensor | None = None
@@ -42,7 +45,8 @@ class Partial:
 @dataclass
 class LoweringResult:
     """What `run` returns: `out [B, K, Hq, D]` in the case's dtype, `lse [B, K, Hq]` in the lowering's
-    `lse_base` (or None when the lowering returns no LSE), and named partials to check separately."""
+    `lse_base` (None exactly when the lowering declares `lse_base = NO_LSE`), and named partials to check
+    separately."""
 
     out: torch.Tensor
     lse: torch.Tensor | None
@@ -57,7 +61,9 @@ class Lowering(Protocol):
     - `devices`: device types it runs on (`("cpu", "cuda")`). Enforced before `available()` is asked:
       on a device not listed the lowering is unavailable (`device_refusal`), whatever `available()` says.
     - `lse_base`: base of the LSE `run` returns: `math.e` (torch, flash-attn) or `2.0` (flashinfer,
-      trtllm-gen). Declared, never guessed.
+      trtllm-gen); or `NO_LSE` (None): `run` returns `lse=None` (an output-only kernel: torch SDPA, most
+      decode kernels), its output is judged alone and every report says "LSE unchecked". Declared, never
+      guessed: an LSE returned against `NO_LSE`, or none against a base, fails the lowering.
     - `deterministic`: whether the same inputs must give the same bits (checked by running twice).
     - `max_compiles`: compilations allowed per shape family over a run (None: nothing is compiled). The
       family is `compile_family(case)` when the lowering defines it, else every shape field except the
@@ -74,7 +80,7 @@ class Lowering(Protocol):
 
     name: str
     devices: tuple[str, ...]
-    lse_base: float
+    lse_base: float | None
     deterministic: bool
     max_compiles: int | None
 
@@ -229,8 +235,9 @@ def protocol_violations(obj: object) -> list[str]:
     if not problems:
         if not isinstance(obj.name, str) or not obj.name:
             problems.append(f"'name' must be a non-empty string, got {obj.name!r}")
-        if obj.lse_base not in (BASE_E, BASE_2):
-            problems.append(f"'lse_base' must be math.e or 2.0, got {obj.lse_base!r}")
+        base = lse_base_problem(obj.lse_base)
+        if base:
+            problems.append(base)
         if not isinstance(obj.devices, tuple) or not all(d in ("cpu", "cuda") for d in obj.devices):
             problems.append(f"'devices' must be a tuple of 'cpu'/'cuda', got {obj.devices!r}")
         wgo = optional_attribute(obj, "writes_given_output")
@@ -240,6 +247,24 @@ def protocol_violations(obj: object) -> list[str]:
         if acc:
             problems.append(acc)
     return problems
+
+
+def lse_base_problem(base: object, what: str = "'lse_base'") -> str | None:
+    """Why `base` is no LSE base declaration (None when it is one: `BASE_E`, `BASE_2` or `NO_LSE`)."""
+    if base is NO_LSE or (isinstance(base, (int, float)) and not isinstance(base, bool) and base in (BASE_E, BASE_2)):
+        return None
+    return (f"{what} must be math.e or 2.0 (the base of the LSE run returns), or None when run returns no LSE "
+            f"(lse=None: the output is judged alone, the LSE reported unchecked), got {base!r}")
+
+
+def returns_lse(lowering: object) -> bool:
+    """Whether `lowering` declares an LSE (`lse_base` e or 2); False for `lse_base = NO_LSE`."""
+    return getattr(lowering, "lse_base", NO_LSE) is not NO_LSE
+
+
+def lse_name(base: float | None) -> str:
+    """`"2"`, `"e"`, or `"none"` (`NO_LSE`): a declared base as users read it."""
+    return "none" if base is NO_LSE else ("2" if base == BASE_2 else "e")
 
 
 def lse_to_natural(lse: torch.Tensor, base: float) -> torch.Tensor:

@@ -73,7 +73,11 @@ def _append_calls(case: Case) -> dict[str, int]:
 
 
 class Sdpa(TorchLoweringBase):
-    """torch SDPA in the working dtype over gathered pages, requests batched (a yardstick: `parity.yardstick`)."""
+    """torch SDPA in the working dtype over gathered pages, requests batched (a yardstick: `parity.yardstick`).
+
+    It returns an LSE of its own (the fp32 scores over the same gathered keys and mask, `with_lse`), judged as
+    any lowering's: a check of its gather and mask the output can hide. SDPA itself returns none: the form a
+    user plugs in, output only (`lse_base = NO_LSE`), is `examples/plugin_output_only.py`."""
 
     name = "sdpa"
     lse_base = BASE_E

@@ -239,7 +239,8 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
                  oracle: GoldenOracle | None = None, yardstick_name: str | None = None) -> list[Comparison]:
     """The main comparison, then one per partial (each against the oracle over its own key subset, in the precision
     `oracle` chose for the case: fp32 without one); `bound_from` (`ToleranceSource.citations()`) is quoted next to
-    each bound a failure names."""
+    each bound a failure names. An output without an LSE (`lse_base = NO_LSE`, checked by `call_lowering`) is
+    judged alone."""
     lse_nat = lse_to_natural(result.lse.float(), lowering.lse_base) if result.lse is not None else None
     comps = [compare("output", result.out, lse_nat, ref.out, ref.lse, dtype=case.dtype, tol=tol,
                      yardstick_out=yard_out, bound_from=bound_from, yardstick_name=yardstick_name)]
@@ -247,8 +248,9 @@ def judge_result(lowering: Lowering, case: Case, inputs: Inputs, result: Lowerin
     for name, part in result.partials.items():
         pref = attend(window=part.window, key_mask=part.key_mask,
                       future_block_keys_right=part.future_block_keys_right)
-        comps.append(compare(f"partial {name}", part.out, lse_to_natural(part.lse.float(), part.lse_base),
-                             pref.out, pref.lse, dtype=case.dtype, tol=tol, bound_from=bound_from))
+        part_lse = lse_to_natural(part.lse.float(), part.lse_base) if part.lse is not None else None
+        comps.append(compare(f"partial {name}", part.out, part_lse, pref.out, pref.lse, dtype=case.dtype, tol=tol,
+                             bound_from=bound_from))
     return comps
 
 

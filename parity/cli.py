@@ -228,6 +228,7 @@ def _setup(args, probe: bool = False) -> tuple:
 
 def cmd_list(args) -> int:
     import lowerings
+    from lowerings.protocol import lse_name
 
     from parity import hooks
 
@@ -238,7 +239,7 @@ def cmd_list(args) -> int:
             ok, why = hooks.call(lw, "available", device)
         except hooks.HookFailure as hf:
             ok, why = False, hf.message
-        rows.append([lw.name, ",".join(lw.devices), "2" if lw.lse_base == 2.0 else "e", "yes" if ok else f"no: {why}"])
+        rows.append([lw.name, ",".join(lw.devices), lse_name(lw.lse_base), "yes" if ok else f"no: {why}"])
     from parity.report import format_table
     print(format_table(rows))
     return EXIT_OK

@@ -9,7 +9,8 @@ It compares like with like and fails closed, naming the reason. Two kinds of pro
   in gate.md: the baseline itself did not pass; a lowering or a case class disappeared; a lowering
   judged fewer cases, or none; hardening or isolation was turned off; other settings changed; a bound
   got looser, sits past its sanity ceiling, or comes from an override without a reason; the policy under
-  review changed the gate's own setting; a worst error margin grew past `max_margin_growth`.
+  review changed the gate's own setting; a worst error margin grew past `max_margin_growth`; a lowering
+  stopped returning the LSE the baseline checked (`parity.lse_report.dropped`).
 
 The gate's setting (`max_margin_growth`) comes from the baseline report's recorded policy or from the
 command line, never from the policy under review. Reports are schema version 2 (`parity.report`):
@@ -33,6 +34,7 @@ from typing import Any
 from oracle.errors import InvalidInput
 from parity.escape import md_code as _c, md_text as _t  # report text in gate.md: inert
 from parity.report_read import load_report, report_path, unfinished  # noqa: F401  (public here too)
+from parity import lse_report
 
 RULES: dict[str, str] = {
     "baseline-failed": "the baseline's own verdict is not a pass (a lowering failed, the run was interrupted, or "
@@ -51,6 +53,8 @@ RULES: dict[str, str] = {
     "override-without-reason": "an override table of the new policy gives no reason",
     "gate-settings": "the policy under review changes the gate's own setting ([gate] max_margin_growth)",
     "margin-growth": "a lowering's worst error margin grew by more than max_margin_growth of its tolerance",
+    "lse-dropped": "a lowering whose LSE the baseline checked returns none now (it declares lse_base None): its "
+                   "output is judged alone",
 }
 SIGMAS = 5.0  # random draws: a drop in judged cases (or a class gone) beyond this many binomial sigmas fails
 RARE = 1e-6  # random draws: a class gone fails when its absence by chance is rarer than this
@@ -358,6 +362,10 @@ def gate(baseline: dict[str, Any], new: dict[str, Any], *, max_margin_growth: fl
                         problems.append(Problem("class-removed", f"{_c(name)}: {gone}"))
                         if "**class gone**" not in change:
                             change.append("**class gone**")
+        lse_gone = lse_report.dropped(o, n)
+        if lse_gone:
+            problems.append(Problem("lse-dropped", f"{_c(name)} {lse_gone}"))
+            change.append("**LSE dropped**")
         mo, mn = _margin(o), _margin(n)
         if o["status"] == "pass" and n["status"] == "pass" and mn - mo > max_margin_growth:
             problems.append(Problem("margin-growth", f"{_c(name)}: worst error margin grew from {mo:.2f} to {mn:.2f} of "

@@ -78,7 +78,8 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
 
     Criteria (docs/semantics.md 5): max abs error in ulps of `max |O_ref|`; relative L2; the yardstick rule
     when `yardstick_out` (the case attended in the working dtype: `parity.yardstick`, named `yardstick_name` in a
-    failure) is given; LSE abs error in natural-log units;
+    failure) is given; LSE abs error in natural-log units (without `lse_nat`, none: the figures say
+    `lse_checked: False`);
     NaN/Inf where the oracle is finite always fails. `bound_from` (tolerance key -> "from [entry]: reason",
     `ToleranceSource.citations()`) is quoted next to each bound a failure names.
     """
@@ -164,6 +165,8 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
                 f"(yardstick rule{src('yardstick_factor')})")
     if lse_nat is not None:
         cmp_lse(cmp, label, lse_nat, ref_lse, tol, bound_from)
+    else:  # an output-only lowering (`lse_base = NO_LSE`): judged alone, and its figures say so
+        cmp.figures["lse_checked"] = False
     return cmp
 
 

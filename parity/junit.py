@@ -13,6 +13,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from parity.escape import xml_text
+from parity.lse_report import junit_properties
 
 
 def junit_xml(data: dict[str, Any]) -> str:
@@ -33,9 +34,12 @@ def junit_xml(data: dict[str, Any]) -> str:
         if v["status"] == "fail":
             msg = xml_text("; ".join(str(f) for fl in v["failures"] for f in fl["failures"]) or
                            "; ".join(map(str, v["notes"])))
-            lines.append(f"  <testcase {attrs}><failure message={quoteattr(msg[:500])}>{escape(msg)}</failure></testcase>")
+            lines.append(f"  <testcase {attrs}>{junit_properties(v)}<failure message={quoteattr(msg[:500])}>"
+                         f"{escape(msg)}</failure></testcase>")
         elif v["status"] == "unavailable":
             lines.append(f"  <testcase {attrs}><skipped message={quoteattr(xml_text(v['reason']))}/></testcase>")
+        elif junit_properties(v):
+            lines.append(f"  <testcase {attrs}>{junit_properties(v)}</testcase>")
         else:
             lines.append(f"  <testcase {attrs}/>")
     lines.append("</testsuite>")

@@ -167,13 +167,15 @@ class CaseOutcome:
 class Failure:
     """A shrunk failing case with its outcome; what re-running it showed (`parity.flakiness.Classification`,
     "failed k of R runs") and, on CUDA, what the stream sanitizer found replaying it. `saved`: the failure
-    as a report entry recorded it, when it was read back from one (`LoweringReport.from_json`)."""
+    as a report entry recorded it, when it was read back from one (`LoweringReport.from_json`). `slip`: how
+    it stands to a shrink that slipped from one failure to another (`parity.slips`), "" when none did."""
 
     outcome: CaseOutcome
     shrunk: bool
     classification: Any = None
     sanitizer: str = ""
     saved: dict[str, Any] | None = None
+    slip: str = ""
 
 
 def example_line(case_json: dict[str, Any]) -> str:
@@ -189,8 +191,11 @@ def failure_figures(outcome: CaseOutcome) -> dict[str, Any]:
 
 
 def failure_extras(f: Failure) -> dict[str, Any]:
-    """What re-running a failure showed (`runs`, `classification`) and the sanitizer's report, when known."""
+    """What re-running a failure showed (`runs`, `classification`), the sanitizer's report and the shrink's
+    slip (`parity.slips`), when known."""
     extra: dict[str, Any] = {}
+    if getattr(f, "slip", ""):
+        extra["slip"] = f.slip
     c = getattr(f, "classification", None)
     if c is not None:
         extra["runs"] = c.runs_line
@@ -255,6 +260,7 @@ class LoweringReport:
     retried: dict = field(default_factory=dict)  # why -> {"cases": n, "why": the first case's} (judged again alone)
     shards: int = 0  # the processes it ran in, when more than one (merged parts)
     oracle: dict = field(default_factory=dict)  # precision -> cases judged against it; "worst_share" (parity.golden)
+    lse_checked: bool = True  # False: the lowering declares no LSE (`lse_base = NO_LSE`): its output judged alone
 
     @property
     def worst_margin(self) -> float:
@@ -344,7 +350,8 @@ class LoweringReport:
         base = max(ran, key=lambda p: p.cases)  # a part that ran (not a lost one's stub)
         out = cls(base.lowering, base.device, "fail" if any(p.status == "fail" for p in ran) else "pass",
                   reason=base.reason, max_compiles=base.max_compiles, shards=len(parts),
-                  seconds=max(p.seconds for p in ran), interrupted=any(p.interrupted for p in parts))
+                  seconds=max(p.seconds for p in ran), interrupted=any(p.interrupted for p in parts),
+                  lse_checked=all(p.lse_checked for p in ran))
         for p in ran:
             out.add(p, same_process=False)
         out.extra = [f"shard {n + 1}/{len(parts)}: {note}" for n, p in enumerate(parts) for note in p.extra]
@@ -391,6 +398,8 @@ class LoweringReport:
         }
         if self.oracle:  # how the golden reference judged the cases (parity.golden); none for a stub
             entry["oracle"] = dict(self.oracle)
+        if not self.lse_checked:  # written only when false: an output-only lowering (`lse_base = NO_LSE`)
+            entry["lse_checked"] = False
         if self.retried:  # written only when some case was judged again
             entry["retried"] = self.retried
         if self.shards:
@@ -428,7 +437,8 @@ class LoweringReport:
                   bounds={k: dict(v) for k, v in (entry.get("bounds") or {}).items()},
                   skipped={k: dict(v) for k, v in (entry.get("skipped") or {}).items()},
                   retried={k: dict(v) for k, v in (entry.get("retried") or {}).items()},
-                  shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)))
+                  shards=int(entry.get("shards", 0) or 0), interrupted=bool(entry.get("interrupted", False)),
+                  lse_checked=entry.get("lse_checked", True) is not False)
         _add_drawn(rep.drawn, entry.get("drawn") or {})
         _add_oracle(rep.oracle, entry.get("oracle") or {})
         worst = case("worst_case")

@@ -335,7 +335,8 @@ def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, 
     """`parity_check(lowering, max_examples=None, isolate=None, case_timeout=None, **case_fields)
     -> LoweringReport`: the sweep `dflash-parity check` runs (saved failures of `--parity-report` first,
     the lowering's boundary cases unless `case_fields` fix some, then the drawn cases); skips when the
-    lowering cannot run here, fails with the shrunk case's verdict. `isolate` (default: `--parity-isolate`)
+    lowering cannot run here, fails with the shrunk case's verdict; the test's `parity_lse_checked` property
+    (pytest's junit XML) is `false` for an output-only lowering. `isolate` (default: `--parity-isolate`)
     runs each case in a worker process (see `parity.isolation`): a crash or a hang fails the test with the
     shrunk case instead of killing pytest (the lowering must then be registered by name in a
     `--parity-plugin` file or a built-in). Under pytest-xdist a `parity_lowering` test checks its shard
@@ -369,6 +370,8 @@ def parity_check(request: pytest.FixtureRequest, parity_device, parity_profile, 
         except InvalidInput as err:  # a saved failure file that cannot be read, a case that is bad input
             pytest.fail(pytest_message(str(err)), pytrace=False)
         record(state.parts, lowering.name, item, rep)
+        # pytest's own junit XML (--junitxml): whether the LSE was judged (False: an output-only lowering)
+        request.node.user_properties.append(("parity_lse_checked", "true" if rep.lse_checked else "false"))
         if rep.interrupted:  # SIGINT: the partial report is kept; the session stops
             raise KeyboardInterrupt
         if rep.status == "unavailable":

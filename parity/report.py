@@ -38,6 +38,8 @@ command}`.
         "max_compiles": int|null (the bound per shape family),
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str], "interrupted": true (only when a signal stopped it),
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
+        "lse_checked": false (only when the lowering declares no LSE, `lse_base = None`: its output judged
+                  alone; parity.lse_report),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
                   "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
@@ -50,7 +52,8 @@ command}`.
         "failures": [{"file": str, "shrunk": bool, "case": CASE, "failures": [str], "example": str,
                       "figures": {...} (the failing case's; optional), "replay_args": [str] (optional),
                       "runs": str ("failed k of R runs"; optional), "classification": {...} (optional,
-                      parity.flakiness.Classification.to_json), "sanitizer": str (optional)}]}},
+                      parity.flakiness.Classification.to_json), "sanitizer": str (optional), "slip": str
+                      (optional: a shrink that slipped from this failure or to it, parity.slips)}]}},
      "tolerances_unmatched": [ENTRY] (optional: tolerances.toml entries that matched no case in this run)}
 
 CASE is a case's JSON object (oracle.case.Case.to_json_dict); CLASS is `dtype/kv_dtype/kind/layout/storage`.
@@ -69,6 +72,7 @@ from typing import Any
 
 import torch
 
+from parity import lse_report
 from parity.drawn import summary_lines as drawn_summary_lines
 from parity.escape import md_code, md_text
 from parity.file_names import check_distinct, stem_files
@@ -263,7 +267,7 @@ def table_rows(data: dict[str, Any]) -> list[list[str]]:
         elif v["status"] == "fail":  # the failing case's own figures ("-": it crashed, raised, or none failed)
             figs = (v["failures"][0].get("figures") or {}) if v["failures"] else {}
             ulp, rel, margin = figs.get("out_ulp", "-"), figs.get("out_rel_l2", "-"), figs.get("margin", "-")
-        rows.append([name, status, str(v["cases"]),
+        rows.append([name, lse_report.status_cell(v, status), str(v["cases"]),
                      str(len(v["failures"])), str(v["unsupported"]), _fmt(ulp, ".2f"), _fmt(rel, ".2e"),
                      _fmt(margin, ".2f"),
                      f"{v['calls_checked']} ok" if v["status"] == "pass" else str(v["calls_checked"]),
@@ -368,6 +372,7 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     for name, v in lows.items():
         if v["status"] == "pass" and v.get("worst_case"):
             lines.append(f"- {code(name)}: worst margin {v['worst_margin']:.2f} on {text(_short_case(v['worst_case']))}")
+    lines += lse_report.summary_lines(lows)
     for name, v in lows.items():
         if v.get("shards"):
             lines.append(f"- {code(name)}: checked in {text(v['shards'])} shard processes (each ran one in "

@@ -281,6 +281,7 @@ class CheckSession:
         `shard` of the serial run's cases). A hook failure while planning fails it alone; SIGINT during the
         warm-up gives a failed, interrupted report. `fixed` case fields narrow the draw (no boundary cases);
         `replay`: the saved failures (default: read from the report directory now)."""
+        from lowerings.protocol import returns_lse
         from parity import hooks
         from parity.outcome import LoweringReport
         from parity.sweep import check_lowering, hook_failure_report
@@ -313,9 +314,11 @@ class CheckSession:
                     marks.append(("", time.perf_counter()))
                     self.say(start_up_line(shard_label_of(self.part), self._created, marks))
             except hooks.HookFailure as hf:
-                return hook_failure_report(LoweringReport(lowering.name, self.device, "pass"), hf, time.perf_counter())
+                return hook_failure_report(LoweringReport(lowering.name, self.device, "pass",
+                                                          lse_checked=returns_lse(lowering)), hf, time.perf_counter())
             except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
-                return LoweringReport(lowering.name, self.device, "fail", interrupted=True, extra=[
+                return LoweringReport(lowering.name, self.device, "fail", interrupted=True,
+                                      lse_checked=returns_lse(lowering), extra=[
                     "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"])
             executor = self.executor(work_dir, isolate=isolate, case_timeout=case_timeout)
             try:

@@ -1,7 +1,8 @@
 """A lowering over a hypothesis-drawn sweep: `check_lowering`.
 
 Replay the saved failures, run the boundary cases (`_run_boundaries`), then draw cases with hypothesis,
-which shrinks a failure to the smallest case that still fails; each failure re-run and classified
+which shrinks a failure to the smallest case that still fails (one that slips to a failure of another
+reason is shrunk again under its own, both reported: `parity.slips`); each failure re-run and classified
 (`parity.flakiness`). The wrappers of `run_case` it composes: `executor_run_case` (a case in an
 isolated worker, `parity.isolation`), `sharded_run_case` (one shard of the draws, `parity.shards`),
 `stops_on_interrupt`, `refusing_invalid`. A hook that raises, exits or hangs fails the lowering
@@ -15,9 +16,9 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from lowerings.protocol import Lowering, device_refusal
+from lowerings.protocol import Lowering, device_refusal, returns_lse
 from oracle.case import Case
-from parity import draw_ahead as ahead, flakiness as fl, hooks
+from parity import draw_ahead as ahead, flakiness as fl, hooks, slips
 from parity.case_run import compile_family, refuse_invalid, run_case
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested, requested
@@ -217,6 +218,12 @@ def _reduce(report: LoweringReport, outcome: CaseOutcome, judge: Callable[[Case]
     return best
 
 
+def _reduce_again(report: LoweringReport, first: CaseOutcome, judge: Callable[[Case], CaseOutcome]):
+    """`want -> outcome`: `first` reduced again where only a failure for one of the reasons `want` counts
+    (`parity.slips.record`, after a reduction that slipped to another reason)."""
+    return lambda want: _reduce(report, first, slips.same_reason_judge(judge, want))
+
+
 def _name_failures(report: LoweringReport, reruns, sanitizer) -> None:
     """`parity.flakiness.name_failures`; SIGINT while re-running keeps the report (marked interrupted)."""
     try:
@@ -302,7 +309,8 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     run_case = base_run_case = reruns.history.wrap(run_case)
 
     t0 = time.perf_counter()
-    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles)
+    report = LoweringReport(lowering.name, opts.device, "pass", max_compiles=lowering.max_compiles,
+                            lse_checked=returns_lse(lowering))
     try:
         return _check_lowering(lowering, policy, report, t0, strategy=strategy, settings=settings, opts=opts,
                                yardstick=yardstick, replay=replay, progress=progress, target=target, seed=seed,
@@ -413,6 +421,8 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     # not in `prop`, whose text seeds hypothesis's derandomized draws (an edit of it changes every draw).
     smallest: list[CaseOutcome] = []
     run_case = _keeping_smallest_failure(run_case, smallest)
+    first_failing: list[CaseOutcome] = []  # the failure the shrink starts from (`parity.slips`)
+    run_case = slips.keeping_first_failure(run_case, first_failing)
 
     @settings
     @given(case=strategy)
@@ -495,10 +505,14 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
         report.reason = (f"no case could be drawn that supports() accepts under these limits ({report.cases} "
                          f"judged): nothing judged")
     except _CaseFailed as err:
-        found = err.outcome
+        first = err.outcome if reducing or not first_failing else first_failing[0]  # where the shrink started
         if reducing:  # hypothesis's shrinker is off (`Profile.shrinker == "cases"`): the case reducer's turn
-            found = _reduce(report, found, reduce_judge)
-        report.failures.append(Failure(found, shrunk=not report.interrupted))
+            found, again = _reduce(report, first, reduce_judge), _reduce_again(report, first, reduce_judge)
+        else:  # after a slip, the same search again, shrinking the first failure under its own reasons
+            found, again = err.outcome, None
+            if slips.replayable(settings, seed, target):
+                again = lambda want: search_again(slips.SameReason(base_run_case, first.case, want))  # noqa: E731
+        slips.record(report, first, found, shrunk=not report.interrupted, shrink_again=again)
     except Flaky as err:  # failed, then passed on hypothesis's replay: a race, a crash or hang, state
         failed = case_failures(err)
         if not failed:
@@ -517,8 +531,10 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     if boundary_failure is not None and not report.failures and not report.interrupted:
         report.extra.append(f"caught by the boundary case ({boundary_failure[1]}) run before the random draw, "
                             f"which did not reach it in {report.cases} case(s)" + ("" if reducing else "; not shrunk"))
-        found = _reduce(report, boundary_failure[0], reduce_judge) if reducing else boundary_failure[0]
-        report.failures.append(Failure(found, shrunk=reducing and not report.interrupted))
+        first = boundary_failure[0]
+        found = _reduce(report, first, reduce_judge) if reducing else first
+        slips.record(report, first, found, shrunk=reducing and not report.interrupted,
+                     shrink_again=_reduce_again(report, first, reduce_judge))
     if flaky_runs and report.failures and not report.interrupted:
         _name_failures(report, reruns, sanitizer)
     msg = compile_budget_message(lowering, report)

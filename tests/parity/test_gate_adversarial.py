@@ -45,6 +45,7 @@ MODE = "{mode}"
 
 class PR(Context):
     name = "pr_lowering"
+    lse_base = None if MODE == "output-only" else Context.lse_base  # output-only: it returns no LSE
 
     def supports(self, case):
         if MODE == "decline-fp16" and case.dtype == "float16":
@@ -65,14 +66,14 @@ class PR(Context):
         res = super().run(inputs)
         if MODE == "zeros":
             return LoweringResult(out=torch.zeros_like(res.out), lse=res.lse)
-        if MODE == "no-lse":
+        if MODE in ("no-lse", "output-only"):
             return LoweringResult(out=res.out, lse=None)
         return res
 
 
 register(PR())
 '''
-MODES = ("good", "zeros", "no-lse", "exit-run", "exit-supports", "decline-at-run", "decline-fp16")
+MODES = ("good", "zeros", "no-lse", "exit-run", "exit-supports", "decline-at-run", "decline-fp16", "output-only")
 
 
 @contextlib.contextmanager
@@ -113,7 +114,8 @@ def plugins(work) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def runs(work, plugins) -> dict[str, Path]:
     """Report directories of real runs: the baseline, the same run again, the all-zeros lowering (fails),
-    the lowering declining fp16, the all-zeros lowering under 1e300 bounds (allowed explicitly)."""
+    the lowering declining fp16, the all-zeros lowering under 1e300 bounds (allowed explicitly), the lowering
+    returning its output alone (declared: `lse_base = None`)."""
     loose = work / "loose.toml"
     text = TOML
     for key in ("out_max_ulp = 8.0", "out_rel_l2 = 1.0e-2", "yardstick_factor = 2.0", "yardstick_floor_ulp = 2.0",
@@ -122,7 +124,7 @@ def runs(work, plugins) -> dict[str, Path]:
     loose.write_text(text)
     out = {}
     for name, mode, extra in (("base", "good", []), ("again", "good", []), ("zeros", "zeros", []),
-                              ("fp16", "decline-fp16", []),
+                              ("fp16", "decline-fp16", []), ("output-only", "output-only", []),
                               ("loose", "zeros", ["--tolerances", loose, "--allow-loose-bounds"])):
         d = work / "runs" / name
         code, _ = _main(_check_argv(plugins[mode], d, *extra))
@@ -259,6 +261,9 @@ GATE_ROWS = [
     ("margin grew 0.22 -> 0.95", "again", lambda r: _lw(r).update(worst_margin=0.95), None, [], 1, "**margin-growth**"),
     ("margin grew, accepted", "again", lambda r: _lw(r).update(worst_margin=0.95), None,
      ["--accept", "margin-growth"], 0, "Accepted (`--accept margin-growth`)"),
+    ("LSE dropped: the lowering returns none now", "output-only", None, None, [], 1, "**lse-dropped**: `pr_lowering`"),
+    ("LSE dropped, accepted", "output-only", None, None, ["--accept", "lse-dropped"], 0, "(`--accept lse-dropped`)"),
+    ("LSE gained: an output-only baseline", "again", None, "output-only", [], 0, "dflash-parity gate: PASS"),
     ("margin grew, --max-margin-growth 1 from the command line", "again", lambda r: _lw(r).update(worst_margin=0.95),
      None, ["--max-margin-growth", "1"], 0, "growth up to 1 (--max-margin-growth)"),
     ("renamed lowering with a looser bound", "again", _new_lowering_looser, None, [], 1,
