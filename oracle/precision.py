@@ -110,7 +110,8 @@ def bound(stats: CaseStats, precision: torch.dtype = torch.float32, engine: str 
         gamma_acc = gamma_l = _gamma_rn(n + math.ceil(n / 2048) + 2, u)
     ds = c_dot * u * stats.A * 1.01
     rho = ds + EXP_ULPS * u
-    out_abs = 2 * stats.V * (math.expm1(2 * rho) + 2 * u * (ln_n + 1)) + stats.V * (gamma_acc + gamma_l + 4 * u)
+    grow = math.expm1(2 * rho) if rho < 300 else math.inf  # past that no output is bounded (and exp overflows)
+    out_abs = 2 * stats.V * (grow + 2 * u * (ln_n + 1)) + stats.V * (gamma_acc + gamma_l + 4 * u)
     lse_const = ds + (EXP_ULPS + 2) * u + gamma_l + 3 * u * ln_n
     name = {torch.float32: "float32", torch.float64: "float64"}[precision]
     return ErrorBound(name, engine, out_abs, lse_const, 2 * u, ds)

@@ -26,6 +26,7 @@ from oracle.ulp import ulp
 from parity.policy import Tolerance
 
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
+FP32_MAX = float(torch.finfo(torch.float32).max)
 TRY_FP32_BELOW = 4.0  # fp32 is tried first where it would hold with max|O| at 1/4 of max|v| (`confirm` decides)
 
 
@@ -126,6 +127,10 @@ class GoldenOracle:
             s = share(self.error_bound(), tightest(tol, self.inputs.case.dtype, mx, rms, hi, self.yardstick), lo, hi)
         self.oracle_share = s
         return ref
+
+    def fits_fp32(self) -> bool:
+        """Whether the case's scores and values stay inside fp32's range (`CaseStats.A`, `.V`)."""
+        return max(self.stats.A, self.stats.V) < FP32_MAX
 
     def problem(self) -> str | None:
         """Why no verdict can stand on this case's reference (its share above 1/10 even in fp64), or None."""

@@ -384,7 +384,7 @@ def summary_md(data: dict[str, Any], report_dir: str | Path | None = None) -> st
     for name, v in lows.items():
         line = oracle_line(v)
         if line:
-            lines.append(f"- `{name}` oracle: {line}")
+            lines.append(f"- {code(name)} oracle: {text(line)}")
     for name, v in lows.items():
         if v.get("bounds"):
             lines.append(f"- {code(name)} bounds: " + "; ".join(f"{code(e)} on {text(u['cases'])} case(s) "
