@@ -227,7 +227,8 @@ def build_case(p: dict[str, Any]) -> Case:
         kv_dtype=p["kv_dtype"] if fp8 else p["dtype"], k_scale=p["k_scale"] if fp8 else 1.0,
         v_scale=p["v_scale"] if fp8 else 1.0, block_storage=p["block_storage"],
         page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"],
-        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())))
+        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())),
+        peak_keys=tuple(p.get("peak_keys", ())))
 
 
 # Alternatives tried, in order, when a lowering does not support a drawn value.
