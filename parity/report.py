@@ -38,7 +38,7 @@ command}`.
         "classes": {CLASS: {"cases": int, "failed": int}}, "notes": [str], "interrupted": true (only when a signal stopped it),
         "phase_seconds": {PHASE: float} (summed over cases; PHASE in parity.outcome.PHASES; optional),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
-                  "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
+                  "pools_past_2^31": int, "extremes": {...}} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
                   memory, parity.memory; optional),
         "retried": {"out of device memory": {"cases": int, "why": str}} (cases that ran out of device memory
