@@ -8,12 +8,13 @@ are five streams per request; each is drawn by position (query index `i`, contex
 index `j`) in fixed blocks of positions (`position_blocks`: 16 positions each below 64, then four
 blocks per octave), each block from a generator seeded by `(seed, request key, stream, block start)`.
 So the values of a request never depend on the other requests, on its own context length (a shorter
-context is a prefix of the longer one), on the block size (a smaller block is a prefix), on pages,
-layout or block storage: hypothesis shrinks a value-dependent failure like any other, deleting the
-other requests and shortening this one down to its failing key. Requests with equal keys have equal
-values position by position (hypothesis repeats drawn keys: 4.6 repeats per batch of 32 measured).
-A key derived from both key and index would make requests always distinct, and removing one request
-would then move the others' values: the shrink this module exists for.
+context is a prefix of the longer one; in `peak`, but for the heavy key, which sits where the case's
+`peak_keys` say), on the block size (a smaller block is a prefix), on pages, layout or block storage:
+hypothesis shrinks a value-dependent failure like any other, deleting the other requests and shortening
+this one down to its failing key. Requests with equal keys have equal values position by position
+(hypothesis repeats drawn keys: 4.6 repeats per batch of 32 measured). A key derived from both key and
+index would make requests always distinct, and removing one request would then move the others' values:
+the shrink this module exists for.
 
 The generators are torch's on the build device (mt19937 on the CPU, Philox on CUDA): a CPU build and
 a CUDA device build draw different values, each deterministic; the blocks bound what one context

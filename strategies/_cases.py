@@ -179,11 +179,12 @@ def request_draws(page_size: int, window: int | None, limits: Limits) -> st.Sear
 
 @functools.lru_cache(maxsize=256)
 def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
-    """The value regime: `plain` in about half the cases (and first: shrinking moves towards it), else
-    any regime the limits allow, in `VALUE_REGIMES` order."""
+    """The value regime: `plain` in half the cases (and first: shrinking moves towards it), else any other
+    regime the limits allow, in `VALUE_REGIMES` order (plain left out there: with nine regimes, each other
+    one kept a twelfth of the draws less than a plain second branch gives it)."""
     allowed = [r for r in VALUE_REGIMES if r in limits.values]
     if allowed[0] == "plain" and len(allowed) > 1:
-        return st.one_of(st.just("plain"), st.sampled_from(allowed))
+        return st.one_of(st.just("plain"), st.sampled_from(allowed[1:]))
     return st.sampled_from(allowed)
 
 
