@@ -31,7 +31,7 @@ BASE = dict(context_lens=[40, 0, 5], block_size=4, num_kv_heads=1, group=2, head
 
 def _collect(strategy, seeds=(0,)) -> list:
     """200 draws of `strategy` per seed, from the seed alone (a derandomized sequence is seeded by the test
-    function's text: one such sequence drew the widest rows once in 200, seeds 0-11 drew them 13-50 times)."""
+    function's text: one such sequence drew the widest rows once in 200, seeds 0-11 drew them 17-43 times)."""
     seen = []
     for s in seeds:
         @seed(s)
@@ -76,7 +76,7 @@ def test_a_peak_draw_reaches_every_anchor_and_a_declared_split():
             labels["last key"] += t == L + c.block_size - 1
             labels["split edge"] += (t % 24 in (0, 23) and t % c.page_size not in (0, c.page_size - 1)
                                      and t not in (L - 1, L))
-    assert all(labels[k] >= 10 for k in ("last context key", "last key", "split edge")), labels  # measured 103, 81, 30
+    assert all(labels[k] >= 10 for k in ("last context key", "last key", "split edge")), labels  # measured 90, 93, 22
 
 
 def test_place_peak_asks_the_lowering_only_for_split_anchors():
