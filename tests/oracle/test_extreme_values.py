@@ -73,21 +73,20 @@ def test_the_new_regimes_keep_requests_apart(values, build):
 
 @pytest.mark.parametrize("build", BUILDS)
 def test_shorter_contexts_are_prefixes_but_for_the_heavy_key(build):
-    long = build_case(_params(context_lens=[129, 70], value_keys=[4, 9], values="full_range", page_size=16))
+    long = build_case(_params(context_lens=[65, 40], value_keys=[4, 9], values="full_range", page_size=16))
     x = materialize(long, build=build)
-    for L in (0, 17, 65):
-        y = materialize(build_case(_params(context_lens=[L, 70], value_keys=[4, 9], values="full_range",
+    for L in (0, 17, 33):
+        y = materialize(build_case(_params(context_lens=[L, 40], value_keys=[4, 9], values="full_range",
                                            page_size=16)), build=build)
         a, b = _request(x, 0), _request(y, 0)
         assert torch.equal(a["k"][:L], b["k"]) and torch.equal(a["v"][:L], b["v"]) and torch.equal(a["q"], b["q"])
     # peak: a fixed heavy key keeps its place; every other key is the plain regime's, position by position
-    peak = lambda L, t: build_case(_params(context_lens=[L, 70], value_keys=[4, 9], values="peak",  # noqa: E731
+    peak = lambda L, t: build_case(_params(context_lens=[L, 40], value_keys=[4, 9], values="peak",  # noqa: E731
                                            peak_keys=[t, 3], page_size=16))
-    x = materialize(peak(129, 20), build=build)
-    plain = materialize(build_case(_params(context_lens=[129, 70], value_keys=[4, 9], page_size=16)), build=build)
-    for L in (21,):
-        y = _request(materialize(peak(L, 20), build=build), 0)
-        assert torch.equal(_request(x, 0)["k"][:L], y["k"]) and torch.equal(_request(x, 0)["q"], y["q"])
+    x = materialize(peak(65, 20), build=build)
+    plain = materialize(build_case(_params(context_lens=[65, 40], value_keys=[4, 9], page_size=16)), build=build)
+    y = _request(materialize(peak(21, 20), build=build), 0)
+    assert torch.equal(_request(x, 0)["k"][:21], y["k"]) and torch.equal(_request(x, 0)["q"], y["q"])
     kx, kp = _request(x, 0)["k"], _request(plain, 0)["k"]
     differs = (kx != kp).flatten(1).any(1)
     assert differs.nonzero().flatten().tolist() == [20]
