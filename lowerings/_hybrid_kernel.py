@@ -68,6 +68,7 @@ __all__ = [
     "hybrid_paged_attention",
     "padded_rows",
     "plan_num_splits",
+    "split_starts",
     "planned_launches",
     "row_block_size",
     "LAUNCH_SINGLE",
@@ -476,6 +477,15 @@ def plan_num_splits(batch: int, block_size: int, num_q_heads: int, num_kv_heads:
     if workspace_max_splits is not None:
         splits = max(1, min(splits, int(workspace_max_splits)))
     return splits
+
+
+def split_starts(ctx_len: int, num_splits: int, block_size: int, group: int, head_dim: int) -> list[int]:
+    """The first context position of each split after the first that holds keys, as ``_hybrid_split_kernel``
+    cuts a request's ``ctx_len`` keys: whole ``block_n``-key tiles, ``cdiv(tiles, num_splits)`` per split."""
+    bn = _block_n(row_block_size(padded_rows(block_size, group), head_dim), head_dim)
+    tiles = -(-ctx_len // bn)
+    per = -(-tiles // max(1, num_splits)) * bn  # keys per split
+    return [s * per for s in range(1, num_splits) if per and s * per < ctx_len]
 
 
 def planned_launches(batch: int, block_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int,

@@ -106,6 +106,11 @@ class OptionalHooks(Protocol):
     - `dispatch_boundaries() -> {field: (t, ...)}` (`batch_size`, `context_len` or `keys`;
       `strategies._boundaries`): where its dispatch switches between `t` and `t + 1`; both sides are drawn
       before any random case of every check.
+    - `split_boundaries(case) -> ((t, ...), ...)` (`strategies._extremes`): per request, the key positions
+      `t` (`0 < t < L_b + K`) where its keys pass from one partial result to the next: the first key of
+      each split of a split-KV kernel after the first, of a dense block folded in after the paged context.
+      Drawn and boundary cases put the attention mass on the keys either side (`peak` values), where a
+      split that drops or double-counts its edge key shows.
     - `compile_family(case) -> tuple` (`parity.runner.compile_family`): the shape family `max_compiles`
       counts per; default: every shape field except the batch size, the lengths, the pages and the seed.
     - `kernel_families(case) -> {call: kernel-name substring}`: the CUDA kernels each counted call must
@@ -159,6 +164,8 @@ class OptionalHooks(Protocol):
 
     def dispatch_boundaries(self) -> dict[str, tuple[int, ...]]: ...
 
+    def split_boundaries(self, case: Case) -> tuple[tuple[int, ...], ...]: ...
+
     def compile_family(self, case: Case) -> tuple: ...
 
     def kernel_families(self, case: Case) -> dict[str, str]: ...
@@ -173,7 +180,7 @@ class OptionalHooks(Protocol):
 
 
 REQUIRED_ATTRIBUTES = ("name", "devices", "lse_base", "deterministic", "max_compiles")
-OPTIONAL_METHODS = ("case_limits", "dispatch_boundaries", "compile_family", "kernel_families",
+OPTIONAL_METHODS = ("case_limits", "dispatch_boundaries", "split_boundaries", "compile_family", "kernel_families",
                     "forbidden_kernel_families", "jit_modules", "prepare", "run_output")
 OPTIONAL_ATTRIBUTES = {"writes_given_output": False, "accuracy": None, "graph_safe": False, "threshold": None,
                        "supports_by_shape": False}

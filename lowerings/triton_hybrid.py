@@ -91,6 +91,19 @@ class HybridPaged:
                                  num_splits=self.num_splits)
         return {f"triton.{n}": 1 for n in names}
 
+    def split_boundaries(self, case: Case) -> tuple[tuple[int, ...], ...]:
+        """Per request: the first key of each context split after the first (the split-KV path:
+        `lowerings._hybrid_kernel.split_starts`, the split count planned as `run` plans it), and the first
+        block key `L_b` (the dense block: folded in by the merge kernel, or after the context tiles)."""
+        from lowerings import _hybrid_kernel as hk
+        device = torch.device("cuda") if torch.cuda.is_available() else None
+        splits = self.num_splits or hk.plan_num_splits(
+            case.batch_size, case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim,
+            max(1, case.max_pages_per_request) * case.page_size, device=device)
+        starts = (lambda L: hk.split_starts(L, splits, case.block_size, case.group_size, case.head_dim)
+                  if splits > 1 else [])
+        return tuple((*starts(L), L) if L else () for L in case.context_lens)
+
     def kernel_families(self, case: Case) -> dict[str, str]:
         """CUDA kernel names (torch.profiler) the planned path must launch; the other path's are forbidden."""
         names = {"triton.hybrid_paged_single": "_hybrid_single_kernel", "triton.hybrid_paged_split": "_hybrid_split_kernel",

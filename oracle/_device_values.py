@@ -13,8 +13,9 @@ without moving the others' values), the pages, layout and block storage change w
 they are, and the values are deterministic on their device type.
 
 The regimes of `oracle.values` keep their meaning, each as an affine map of the normals per request:
-`x = n * a[d] + c[h, d]` (and `+ s[h, d]` at context position 0 for the sink), with the same gains,
-directions (their own streams: `dir`, `sink`, `tie`), signs and outlier channels. An fp8 pool's k and v are
+`x = n * a[d] + c[h, d]` (and `+ s[h, d]` at one position per request: context position 0 for the sink, the
+peak key for `peak`, in the context or the block), with the same gains, directions (their own streams: `dir`,
+`sink`, `tie`, `peak`), signs, outlier channels and `full_range` layouts. An fp8 pool's k and v are
 drawn in stored units (`value = stored * k_scale`), as in format 2; the dense block holds the values the
 fp8 pool represents.
 
@@ -34,8 +35,8 @@ import torch
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import page_table_int32
-from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_SPREAD, TINY, regime_gains,
-                           request_keys, sink_gain, stream_seed)
+from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_SPREAD, TINY, range_layouts,
+                           range_q_gain, regime_gains, request_keys, sink_gain, stream_seed)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 BLOCK_T = 16
@@ -63,10 +64,11 @@ def _unread_fp32(device: torch.device) -> torch.Tensor:
 
 
 class _Affine:
-    """`a [B, D]` and `c [B, H, D]` fp32 of one stream (None: 1 and 0), `s [B, H, D]` (None: no sink)."""
+    """`a [B, D]` and `c [B, H, D]` fp32 of one stream (None: 1 and 0), `s [B, H, D]` (None: no sink) added at
+    position `pos [B]` int32 of each request (-1: none)."""
 
-    def __init__(self, a=None, c=None, s=None) -> None:
-        self.a, self.c, self.s = a, c, s
+    def __init__(self, a=None, c=None, s=None, pos=None) -> None:
+        self.a, self.c, self.s, self.pos = a, c, s, pos
 
 
 def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest: int, heads: int, D: int,
@@ -87,19 +89,21 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
                                            f"{longest} x {HD} is past 2**31; give a shorter context")
     grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / BLOCK_E))
     z = _unread_fp32(dst.device)  # the a, c, s a launch does not read: fp32 like theirs, so one signature
+    pos = aff.pos if aff.s is not None else lens  # int32 either way (`lens` unread without a sink)
     if table is not None:
         if layout == "NHD":
             strides = (page_size * HD, HD, D)  # [pages, page_size, H, D]
         else:
             strides = (HD * page_size, D, page_size * D)  # [pages, H, page_size, D]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
-                               aff.s if aff.s is not None else z, table, table.stride(0), page_size, 0, *strides, D, HD,
+                               aff.s if aff.s is not None else z, pos, table, table.stride(0), page_size, 0, *strides,
+                               D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
                                PAGED=True, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
     else:
         rows = dst.shape[1]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
-                               aff.s if aff.s is not None else z, seeds, 0, 1, rows, 0, 0, 0, D, HD,
+                               aff.s if aff.s is not None else z, pos, seeds, 0, 1, rows, 0, 0, 0, D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
                                PAGED=False, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
 
@@ -126,11 +130,24 @@ def _regimes(c: Case, device: torch.device, keys: tuple[str, ...], aux) -> dict[
         out["q"] = _Affine(full(a, D), cq if cq is not None else full(0.0, c.num_q_heads, D))
         for s in ("k", "kb"):
             out[s] = _Affine(full(g, D), ck if ck is not None else full(0.0, Hkv, D))
-    elif r == "sink":
-        s = aux("sink")
+    elif r in ("sink", "peak"):
+        s = aux(r)
         s = s * (math.sqrt(D) / s.norm(dim=-1, keepdim=True))
         out["q"] = _Affine(full(1.0, D), s.repeat_interleave(G, dim=1).contiguous())
-        out["k"] = _Affine(s=(s * sink_gain(c)).contiguous())
+        at = [0 if r == "sink" else c.peak_key(b) for b in range(B)]  # the heavy key: context, else block
+        heavy = (s * sink_gain(c)).contiguous()
+        out["k"] = _Affine(s=heavy, pos=_on(device, at, torch.int32))
+        if r == "peak":
+            blk = [t - L if t >= L else -1 for t, L in zip(at, c.context_lens)]
+            out["kb"] = _Affine(s=heavy, pos=_on(device, blk, torch.int32))
+    elif r == "full_range":
+        layouts = [range_layouts(c, key) for key in keys]  # per request: (k's, v's)
+        for i, (st, sb) in enumerate((("k", "kb"), ("v", "vb"))):
+            a = _on(device, [list(lay[i].gains) for lay in layouts], torch.float32)
+            pin = _on(device, [[list(p) for p in lay[i].pinned] for lay in layouts], torch.float32)
+            out[st] = out[sb] = _Affine(a, pin)
+        out["q"] = _Affine(_on(device, [[range_q_gain(c, lay[0])] * D for lay in layouts], torch.float32),
+                           full(0.0, c.num_q_heads, D))
     elif r == "ties":
         u = aux("tie")
         for st in ("k", "kb"):
@@ -160,7 +177,7 @@ def draw(c: Case, device: torch.device, table: torch.Tensor, k_pool: torch.Tenso
     dt, fp8 = _DTYPES[c.dtype], c.kv_dtype == FP8
     B, K, Hq, Hkv, D, ps = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size
     keys = request_keys(c)
-    direction = {"huge": "dir", "sink": "sink", "ties": "tie"}.get(c.values)  # a regime's own stream
+    direction = {"huge": "dir", "sink": "sink", "ties": "tie", "peak": "peak"}.get(c.values)  # its own stream
     names = STREAMS + ((direction,) if direction else ())
     # One row per stream, padded to an even length: each row starts 16-byte aligned, as Triton specializes a
     # pointer on (else an odd batch size would compile another variant of the kernel).

@@ -4,9 +4,9 @@ One program writes a tile of `BLOCK_T` positions x `BLOCK_E` row elements of one
 standard normal of element `e` of position `t` is Philox (`tl.randn`) keyed by the stream's seed at counter
 `t * row + e` (`row = H * D`), so a value depends on the seed, the position and the element only, never on
 the tile, the grid or the other requests. It is then shaped by the request's affine regime `x = n * a[d] +
-c[h, d]` (plus `s[h, d]` at position 0: an attention sink), scaled (an fp8 pool stores `x`, already in
-stored units, clamped to +-448), and stored in the destination's dtype: through the page table into a pool
-(NHD or HND, 64-bit offsets), or densely into `[B, rows, H, D]`.
+c[h, d]` (plus `s[h, d]` at the request's position `pos[b]`: an attention sink or peak; -1: none), scaled
+(an fp8 pool stores `x`, already in stored units, clamped to +-448), and stored in the destination's dtype:
+through the page table into a pool (NHD or HND, 64-bit offsets), or densely into `[B, rows, H, D]`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ RUNTIME_ARGS = ["table_stride", "page_size", "rows", "stride_page", "stride_slot
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)
-def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, table, table_stride, page_size, rows,
+def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, pos_ptr, table, table_stride, page_size, rows,
                   stride_page, stride_slot, stride_head, D, HD, AFFINE, SINK, CLAMP,
                   PAGED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
-    """Grid `(cdiv(longest stream, BLOCK_T), B, cdiv(H * D, BLOCK_E))`; `lens [B]` int32 positions per request."""
+    """Grid `(cdiv(longest stream, BLOCK_T), B, cdiv(H * D, BLOCK_E))`; `lens [B]` int32 positions per request;
+    `pos [B]` int32, read when `SINK`: the position that gets `s`."""
     b = tl.program_id(1)
     n_pos = tl.load(lens + b)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -47,7 +48,7 @@ def stream_kernel(dst, seeds, lens, a_ptr, c_ptr, s_ptr, table, table_stride, pa
         x = x * a[None, :] + c[None, :]
     if SINK != 0:
         s = tl.load(s_ptr + b * HD + e, mask=e_ok, other=0.0)
-        x = x + tl.where(t[:, None] == 0, s[None, :], 0.0)
+        x = x + tl.where(t[:, None] == tl.load(pos_ptr + b), s[None, :], 0.0)
     if CLAMP != 0:
         x = tl.minimum(tl.maximum(x, -448.0), 448.0)
     if PAGED:

@@ -27,8 +27,10 @@ KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 LAYOUTS = ("NHD", "HND")
 BLOCK_STORAGES = ("appended", "dense")
 PAGE_TABLE_DTYPES = ("int32", "int64")
-# Value regimes (oracle/values.py), plain first: strategies shrink towards it.
-VALUE_REGIMES = ("plain", "large", "huge", "sink", "ties", "tiny", "outliers")
+# Value regimes (oracle/values.py), plain first: strategies shrink towards it. `full_range` and `peak` (with the
+# optional field `peak_keys`, written only when set) came after format 3: no earlier case holds them, so every
+# saved case reads and replays as it did.
+VALUE_REGIMES = ("plain", "large", "huge", "sink", "ties", "tiny", "outliers", "full_range", "peak")
 # Window kinds of docs/semantics.md section 2, by (left, right).
 UNBOUNDED = -1
 
@@ -92,6 +94,8 @@ class Case(BatchShape):
     extra columns make the table a strided row view of a wider buffer. `values` is the value regime
     (`VALUE_REGIMES`) and `value_keys[b]` the key of request `b`'s value streams (`()`: keyed by the
     request's index), so that a request keeps its values when others are removed (oracle/values.py).
+    `peak_keys[b]` (regime `peak` only) is the position of the key that holds request `b`'s attention mass,
+    clipped to its last key `L_b + K - 1` (`()`: each request's last context key, `peak_key`).
     """
 
     context_lens: tuple[int, ...]
@@ -116,6 +120,7 @@ class Case(BatchShape):
     values: str = "plain"
     value_keys: tuple[int, ...] = ()
     version: int = CASE_FORMAT_VERSION
+    peak_keys: tuple[int, ...] = ()
 
     # ---- derived (and BatchShape's batch_size, group_size, max_keys) ----------------------------------
     @property
@@ -136,6 +141,12 @@ class Case(BatchShape):
         or `right == 0`, where the causal decode alone is exact."""
         return self.block_size > 1 and self.window[1] != 0
 
+    def peak_key(self, b: int) -> int:
+        """The position of request `b`'s heaviest key in the `peak` regime: `peak_keys[b]` clipped to its
+        last key, or (no `peak_keys`) its last context key `L_b - 1` (its first block key when `L_b = 0`)."""
+        last = self.context_lens[b] + self.block_size - 1
+        return min(self.peak_keys[b], last) if self.peak_keys else max(self.context_lens[b] - 1, 0)
+
     def spare_pages(self) -> tuple[int, ...]:
         owned = {p for row in self.pages for p in row}
         return tuple(p for p in range(self.num_pages) if p not in owned)
@@ -148,6 +159,7 @@ class Case(BatchShape):
             object.__setattr__(self, "pages", tuple(tuple(r) for r in self.pages))
         object.__setattr__(self, "window", tuple(self.window))
         object.__setattr__(self, "value_keys", tuple(self.value_keys))
+        object.__setattr__(self, "peak_keys", tuple(self.peak_keys))
         _validate(self)
 
     # ---- JSON ----------------------------------------------------------------------------------------
@@ -159,6 +171,10 @@ class Case(BatchShape):
         d["pages"] = [list(r) for r in self.pages]
         d["window"] = list(self.window)
         d["value_keys"] = list(self.value_keys)
+        if self.peak_keys:
+            d["peak_keys"] = list(self.peak_keys)
+        else:  # optional: a case without it writes the file it always did
+            del d["peak_keys"]
         if self.version == 1:  # a format 1 case stays a format 1 file
             del d["values"], d["value_keys"]
         return {"version": d.pop("version"), "batch_size": self.batch_size, **d}
@@ -224,6 +240,7 @@ class Case(BatchShape):
                 f"heads={self.num_q_heads}/{self.num_kv_heads} D={self.head_dim} page={self.page_size} "
                 f"{self.layout} {self.dtype}{kv}{w} {self.block_storage}"
                 + ("" if self.values == "plain" else f" values={self.values}")
+                + (f" peak_keys={list(self.peak_keys)}" if self.peak_keys else "")
                 + (" (case format 1)" if self.version == 1 else ""))
 
 
@@ -288,6 +305,9 @@ def _check_json_fields(data: dict[str, Any], source: str) -> None:
     for b, row in enumerate(pages):
         if not set(map(type, row)) <= {int}:  # JSON integers (bool is not int here); one C-level pass per row
             bad(f"pages[{b}]", f"an array of integer page ids, holding {_shown(next(p for p in row if not _is_int(p)))}")
+    for name in ("value_keys", "peak_keys"):
+        if name in data and not (isinstance(data[name], list) and all(_is_int(x) for x in data[name])):
+            bad(name, f"an array of integers (one per request), got {_shown(data[name])}")
     if not isinstance(window, list) or len(window) != 2 or not all(_is_int(w) for w in window):
         bad("window", f"an array [left, right] of two integers, got {_shown(window)}")
     sizes = {"batch_size": len(lens), "context_lens": max(lens, default=0),
@@ -358,6 +378,11 @@ def _validate(c: Case) -> None:
          f"empty (keyed by index) or one key per request ({len(c.context_lens)}), got {len(c.value_keys)}")
     for b, k in enumerate(c.value_keys):
         need(_is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
+    need(not c.peak_keys or (c.values == "peak" and len(c.peak_keys) == len(c.context_lens)), "peak_keys",
+         f"empty, or with values='peak' one key position per request ({len(c.context_lens)}), got "
+         f"{len(c.peak_keys)} with values={c.values!r}")
+    for b, t in enumerate(c.peak_keys):
+        need(_is_int(t) and 0 <= t < 2**31, f"peak_keys[{b}]", f"a key position in [0, 2**31), got {t!r}")
     need(c.version in READ_FORMAT_VERSIONS and not isinstance(c.version, bool), "version",
          f"one of {READ_FORMAT_VERSIONS}, got {c.version!r}")
     if c.version == 1:

@@ -8,12 +8,13 @@ are five streams per request; each is drawn by position (query index `i`, contex
 index `j`) in fixed blocks of positions (`position_blocks`: 16 positions each below 64, then four
 blocks per octave), each block from a generator seeded by `(seed, request key, stream, block start)`.
 So the values of a request never depend on the other requests, on its own context length (a shorter
-context is a prefix of the longer one), on the block size (a smaller block is a prefix), on pages,
-layout or block storage: hypothesis shrinks a value-dependent failure like any other, deleting the
-other requests and shortening this one down to its failing key. Requests with equal keys have equal
-values position by position (hypothesis repeats drawn keys: 4.6 repeats per batch of 32 measured).
-A key derived from both key and index would make requests always distinct, and removing one request
-would then move the others' values: the shrink this module exists for.
+context is a prefix of the longer one; in `peak`, but for the heavy key, which sits where the case's
+`peak_keys` say), on the block size (a smaller block is a prefix), on pages, layout or block storage:
+hypothesis shrinks a value-dependent failure like any other, deleting the other requests and shortening
+this one down to its failing key. Requests with equal keys have equal values position by position
+(hypothesis repeats drawn keys: 4.6 repeats per batch of 32 measured). A key derived from both key and
+index would make requests always distinct, and removing one request would then move the others' values:
+the shrink this module exists for.
 
 The generators are torch's on the build device (mt19937 on the CPU, Philox on CUDA): a CPU build and
 a CUDA device build draw different values, each deterministic; the blocks bound what one context
@@ -36,9 +37,17 @@ Regimes (`Case.values`) reshape the standard normals of a request, deterministic
   softmax) stays a normal fp16 number whatever the context length: an fp16 output below 2^-14 cannot
   hold the 1e-2 relative L2 bound (measured: 1.03e-2 at L = 58 with v at 2^-16).
 - `outliers`: two channels (per request) of q, k and v multiplied by 8, as massive activations are.
+- `full_range`: k and v across e4m3fn's whole range, as a calibrated fp8 KV cache holds them (per request and
+  stream, `range_layout`): one channel pinned at +-448 (e4m3fn's largest value, a sign per KV head), the
+  others a ladder of gains `2^-10 .. 2^7` over the channels in a random order (the lowest ones store e4m3
+  subnormals, down to 2^-9, and zeros; the top one saturates at 448 past 3.5 standard deviations). q is
+  scaled so that the scores (the pinned channel aside: the same for every key) have standard deviation
+  `RANGE_SCORE_STD`. In a bf16/fp16 pool the same values (to 448: normal numbers there).
+- `peak`: as `sink`, with the heavy key at `Case.peak_key(b)` (any position, a block key included) instead
+  of position 0: the last key of a long context, a page or split boundary (the strategies choose it).
 Every regime keeps q within fp16 range (multipliers <= 2^11) and every stored fp8 value within 448:
 k and v are drawn in stored units and multiplied by `k_scale`/`v_scale` for an fp8 pool, as `plain`
-always was, and the score targets divide by `k_scale`.
+always was, and the score targets divide by `k_scale` (`full_range` reaches 448 and saturates there).
 """
 
 from __future__ import annotations
@@ -61,6 +70,9 @@ SINK_EXCESS, SINK_SIGMAS = 16.0, 12.0  # the sink's score over the others', plus
 TIE_SPREAD = 2.0 ** -6
 TINY = {"q": 2.0 ** -10, "k": 2.0 ** -8, "v": 2.0 ** -12, "v_fp8": 2.0 ** -8}
 OUTLIER_GAIN, OUTLIER_CHANNELS = 8.0, 2
+FP8_MAX = 448.0  # e4m3fn's largest finite value (its smallest subnormal: 2^-9, its smallest normal: 2^-6)
+RANGE_EXPONENTS = (-10.0, 7.0)  # `full_range`: the ladder of channel gains, 2^lo .. 2^hi (stored units)
+RANGE_SCORE_STD = 2.0
 
 
 @dataclass
@@ -143,6 +155,49 @@ def sink_gain(case: Case) -> float:
     return SINK_EXCESS / (case.softmax_scale * D * k_eff) + SINK_SIGMAS * math.sqrt(2.0 / D)
 
 
+@dataclass(frozen=True)
+class RangeLayout:
+    """One stream's `full_range` layout: `gains[d]` (0 for the pinned channel) and `pinned[h][d]` (+-448 at
+    the pinned channel of KV head `h`, else 0), in stored units: `stored = n * gains + pinned`."""
+
+    gains: tuple[float, ...]
+    pinned: tuple[tuple[float, ...], ...]
+
+
+def range_layout(rng: random.Random, num_kv_heads: int, head_dim: int) -> RangeLayout:
+    """A `full_range` stream's layout from `rng` (the request's `range` stream: k's layout, then v's): the
+    channels in a random order, the first pinned at +-448 (a sign per KV head), the others on the ladder
+    `RANGE_EXPONENTS` from the lowest gain to the highest."""
+    D = head_dim
+    order = rng.sample(range(D), D)
+    lo, hi = RANGE_EXPONENTS
+    gains = [0.0] * D
+    for r, d in enumerate(order[1:]):
+        gains[d] = 2.0 ** (lo + (hi - lo) * r / max(1, D - 2))
+    signs = [rng.choice((-FP8_MAX, FP8_MAX)) for _ in range(num_kv_heads)]
+    pinned = tuple(tuple(s if d == order[0] else 0.0 for d in range(D)) for s in signs)
+    return RangeLayout(tuple(gains), pinned)
+
+
+def range_layouts(case: Case, key: str) -> tuple[RangeLayout, RangeLayout]:
+    """Request `key`'s `full_range` layouts of k and v (context and block alike)."""
+    rng = random.Random(stream_seed(case.seed, key, "range", 0))
+    return (range_layout(rng, case.num_kv_heads, case.head_dim), range_layout(rng, case.num_kv_heads, case.head_dim))
+
+
+def range_q_gain(case: Case, layout: RangeLayout) -> float:
+    """q's gain in `full_range`: the scores' standard deviation (the pinned channel aside) `RANGE_SCORE_STD`."""
+    k_eff = case.k_scale if case.kv_dtype == FP8 else 1.0
+    return RANGE_SCORE_STD / (case.softmax_scale * k_eff * math.sqrt(sum(g * g for g in layout.gains) or 1.0))
+
+
+def stored_fp8_peak(case: Case) -> float | None:
+    """The largest |stored| value an fp8 case's regime places in its pool by construction (`full_range`:
+    448 in its pinned channels), None when that is a random draw's (a few units in the normal regimes) or
+    the pool is not fp8."""
+    return FP8_MAX if case.kv_dtype == FP8 and case.values == "full_range" else None
+
+
 def _to_device(values: list, device: torch.device) -> torch.Tensor:
     """A few host numbers on `device` without waiting for the device (a blocking copy synchronizes with
     every kernel queued before it; the host list is read before the copy returns either way)."""
@@ -167,12 +222,21 @@ def request_values(case: Case, b: int, streams: _Streams) -> RequestValues:
             k.add_(u), kb.add_(u)
         q.mul_(a)
         k.mul_(g), kb.mul_(g)
-    elif r == "sink":
-        s = streams.normals("sink", 1, (Hkv, D))[0]
+    elif r in ("sink", "peak"):
+        s = streams.normals(r, 1, (Hkv, D))[0]
         s.mul_(math.sqrt(D) / s.norm(dim=-1, keepdim=True))
         q.add_(s.repeat_interleave(c.group_size, dim=0))
-        if L:
-            k[0].add_(s * sink_gain(c))
+        t = 0 if r == "sink" else c.peak_key(b)
+        if t < L:
+            k[t].add_(s * sink_gain(c))
+        elif r == "peak":
+            kb[t - L].add_(s * sink_gain(c))
+    elif r == "full_range":
+        layouts = range_layouts(c, streams.key)
+        for x, xb, lay in zip((k, v), (kb, vb), layouts):
+            a, pin = _to_device(list(lay.gains), q.device), _to_device([list(p) for p in lay.pinned], q.device)
+            x.mul_(a).add_(pin), xb.mul_(a).add_(pin)
+        q.mul_(range_q_gain(c, layouts[0]))
     elif r == "ties":
         u = streams.normals("tie", 1, (Hkv, D))[0]
         k.mul_(TIE_SPREAD).add_(u), kb.mul_(TIE_SPREAD).add_(u)

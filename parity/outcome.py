@@ -215,13 +215,7 @@ def _add_counted(into: dict[str, dict[str, Any]], table: dict[str, dict[str, Any
 
 
 def _add_drawn(into: dict[str, Any], other: dict[str, Any]) -> None:
-    for key, counts in other.items():
-        if key == drawn_mod.POOL_KEY:
-            into[key] = into.get(key, 0) + int(counts)
-            continue
-        hist = into.setdefault(key, {})
-        for value, n in counts.items():
-            hist[value] = hist.get(value, 0) + int(n)
+    drawn_mod.add_into(into, other)
 
 
 def _family_key(family: Any) -> str:

@@ -16,7 +16,8 @@ the case still fails (any failure, as hypothesis counts one):
    factor of two of the smallest pool that shows it);
 3. each request's context (the longest first): 0 keys, else bisection between the longest length that
    passes and the shortest that fails (a bug that starts at N keys lands on exactly N when it is
-   monotone in the length).
+   monotone in the length). A `peak` key past a shorter context's keys sits on its last key
+   (`oracle.case.Case.peak_key`).
 
 A request's values do not depend on the other requests or on its own length (`oracle.values`: a shorter
 context is a prefix), so a cut changes only what it cuts. Every step is a judged case, at most
@@ -40,11 +41,12 @@ COMPACT_SPARES = 1  # spare pages a compacted pool keeps (page 0's neighbour for
 def drop_requests(case: Case, keep: list[int]) -> Case:
     """`case` with only the requests `keep` (indices, in order); the pool and its other pages unchanged.
     A case without `value_keys` (its streams keyed by index) stays without them, so its kept requests take
-    the values of their new index: such a cut is judged like any other."""
-    keys = case.value_keys
+    the values of their new index: such a cut is judged like any other. `peak_keys` go with their requests."""
+    keys, peaks = case.value_keys, case.peak_keys
     return case.replace(context_lens=tuple(case.context_lens[b] for b in keep),
                         pages=tuple(case.pages[b] for b in keep),
-                        value_keys=tuple(keys[b] for b in keep) if keys else ())
+                        value_keys=tuple(keys[b] for b in keep) if keys else (),
+                        peak_keys=tuple(peaks[b] for b in keep) if peaks else ())
 
 
 def shorten_request(case: Case, b: int, length: int) -> Case:

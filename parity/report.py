@@ -41,7 +41,7 @@ command}`.
         "lse_checked": false (only when the lowering declares no LSE, `lse_base = None`: its output judged
                   alone; parity.lse_report),
         "drawn": {"context": {BUCKET: int}, "dtype": {...}, "kv_dtype": {...}, "head_dim": {...},
-                  "pools_past_2^31": int} (what was drawn, parity.drawn; optional),
+                  "pools_past_2^31": int, "extremes": {...}} (what was drawn, parity.drawn; optional),
         "skipped": {CHECK: {"cases": int, "why": str}} (hardening steps left out for lack of device
                   memory, parity.memory; optional),
         "retried": {"out of device memory": {"cases": int, "why": str}} (cases that ran out of device memory

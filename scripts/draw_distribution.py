@@ -6,8 +6,9 @@
 Runs `check_lowering` exactly as `dflash-parity check` does (the same strategy, boundary cases and
 hypothesis test function, hence the same draws) with an executor that answers "pass" at once, and
 prints each lowering's drawn histogram (`parity.drawn`): the share of cases with a context past 4096
-keys, of fp8 KV pools, of each head dim, pools past 2**31 elements. `--gpu-gib` stands in for the GPU's
-memory on a machine without one (the per-case budget is a share of it).
+keys, of fp8 KV pools, of each head dim, pools past 2**31 elements, and how far it reached the extremes
+(`drawn.extremes`). `--gpu-gib` stands in for the GPU's memory on a machine without one (the per-case
+budget is a share of it).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:36s} {total:4d} cases  >{drawn.LONG}: {pct(long):>4s}  fp8: {pct(d['kv_dtype'].get('fp8', 0)):>4s}  "
               f"fp16: {pct(d['dtype'].get('fp16', 0)):>4s}  D=64: {pct(d['head_dim'].get('64', 0)):>4s}  "
               f"pools>2^31: {d[drawn.POOL_KEY]}  context {d['context']}")
+        e = d[drawn.EXTREMES]
+        print(f"{'':36s} extremes: |stored fp8| {e['fp8_stored_max']:g}, K x G {e['rows_per_kv_head_max']} "
+              f"({e['rows_per_kv_head_max_cases']} cases), last key of L {e['heaviest_last_context_key_longest']}, "
+              f"heaviest key {e['heaviest_key']}, window edges {e['window_edges']}")
     return 0
 
 

@@ -6,6 +6,9 @@ so they run before the first random case of every run:
 
 - the lowering's declared dispatch boundaries (`dispatch_boundaries()`, optional): for each value `t`,
   `t` and `t + 1` of its field: `batch_size` (B), `context_len` (L of one request), `keys` (its `L + K`);
+- the extremes (`strategies._extremes`): the most query rows per KV head, an fp8 pool across e4m3fn's
+  range, the attention mass on the last context key of the longest contexts, on a page's edge, on the
+  lowering's first declared split boundary, and each windowed model row's window edges;
 - powers of two: contexts `L = 2^k - 1, 2^k, 2^k + 1` for k = 8 and 11..17 with K = 1 (so `L + K` runs
   `2^k .. 2^k + 2`), up to the limits' `max_production_context` (k < 11: or `max_context`), and
   `L = 2^k + 1` once more under the tightest window (`W = 1`: query `p` sees key `p` only): fixed-size
@@ -17,8 +20,8 @@ so they run before the first random case of every run:
   against `K - 1`, the exactness bound of context FMHA), with the context past the window.
 
 Every other field is the simplest one (what shrinking lands on): one KV head, group 1, the limits' first
-head dim and dtype, 16-token pages, NHD, dense block storage, pages in order, plain values (request `b`
-keyed `b`: the requests of a batch hold different values). A case the lowering
+head dim and dtype, 16-token pages, NHD, dense block storage, pages in order, plain values but for the
+extremes that are values (request `b` keyed `b`: the requests of a batch hold different values). A case the lowering
 cannot express is repaired like a drawn one (`strategies._cases.repair`), or left out (a window case:
 its window is what it tests).
 """
@@ -30,13 +33,14 @@ from typing import Any
 
 from oracle.case import Case
 from oracle.errors import InvalidInput
+from strategies import _extremes
+from strategies._cases import BLOCK_SIZES, GROUPS, build_case, declared_splits, is_supported, repair
+from strategies._extremes import PAGE, POWER_EXPONENTS
 
 DISPATCH_FIELDS = ("batch_size", "context_len", "keys")
-PAGE = 16
 WINDOW_K = 4
-# L = 2^k - 1, 2^k, 2^k + 1 up to the limits' longest context: 2^8 and 2^11 bound the integers bf16 and fp16
-# hold exactly (positions), 2^11..2^17 the production lengths (buffers, split-KV chunks).
-POWER_EXPONENTS = (8, *range(11, 18))
+# POWER_EXPONENTS: L = 2^k - 1, 2^k, 2^k + 1 up to the limits' longest context: 2^8 and 2^11 bound the integers
+# bf16 and fp16 hold exactly (positions), 2^11..2^17 the production lengths (buffers, split-KV chunks).
 NO_WINDOW = ("noncausal", None)
 TIGHT = ("noncausal_swa", 1)  # each query sees its own position only: a position off by one shows
 
@@ -119,6 +123,14 @@ def _boundary_params(lowering: Any, limits: Any) -> list[tuple[dict[str, Any], s
             if low is not None:
                 out.append((low, f"{field} = {t}, {what}", high))
             out.append((high, f"{field} = {t + 1}, {what}", low))
+
+    def splits_at(p: dict[str, Any]) -> tuple[int, ...]:  # the lowering's split boundaries of request 0
+        case = build_case(_keyed(p))
+        return (declared_splits(lowering, case) or ((),))[0]
+
+    # The extremes before the plain boundaries: a bug at one of them is then reported on its own boundary
+    # case, whose other side (short of the extreme) passes, instead of on a plain case it shows in by chance.
+    out += _extremes.boundary_params(base, limits, BLOCK_SIZES, GROUPS, splits_at)
     for k in POWER_EXPONENTS:  # contexts around 2^k, where the production dimension reaches them
         for L, window in ((2**k - 1, NO_WINDOW), (2**k, NO_WINDOW), (2**k + 1, NO_WINDOW), (2**k + 1, TIGHT)):
             if L <= max(limits.max_context if k < 11 else 0, limits.max_production_context or 0):
@@ -140,8 +152,6 @@ def _boundary_params(lowering: Any, limits: Any) -> list[tuple[dict[str, Any], s
 
 def boundary_cases(lowering: Any, limits: Any) -> list[Boundary]:
     """The boundary cases `lowering` supports (repaired like drawn cases), distinct, in order."""
-    from strategies._cases import repair, is_supported, build_case
-
     def make(p: dict[str, Any] | None) -> Case | None:
         if p is None:
             return None
@@ -149,7 +159,8 @@ def boundary_cases(lowering: Any, limits: Any) -> list[Boundary]:
 
     seen: dict[str, Boundary] = {}
     for p, label, other in boundary_params(lowering, limits):
-        if p["window"][0] == "noncausal_swa" and p["block_size"] > 1:  # the window is the point: never repaired
+        if p["window"][0] == "noncausal_swa" and (p["block_size"] > 1 or p["values"] != "plain"):  # the window is
+            # the point (the right window against the block, a model row's window edge): never repaired
             case = build_case(p)
             if lowering is not None and not is_supported(lowering, case):
                 continue

@@ -6,9 +6,9 @@ shrinks towards the start of the list), so a shrunk failure lands on a meaningfu
 1, K 1, context 0 or a page boundary, the smallest window that still fails. The batch size and the
 lengths draw boundary values half the time but shrink as integers, and each request draws the key of
 its value streams with its length, so that a failure on one request's values shrinks to that request
-and its shortest failing context (oracle/values.py). A lowering's `supports()`
-shapes the draw: fields it cannot express are repaired to a supported alternative before the case is
-built, instead of rejecting most examples.
+and its shortest failing context (oracle/values.py). The extremes are drawn on purpose (`strategies.
+_extremes`: the widest rows, the heavy key's place). A lowering's `supports()` shapes the draw: fields
+it cannot express are repaired to a supported alternative before the case is built.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from oracle.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from parity import hooks
+from strategies._extremes import PEAK_DRAWS, WIDE, WIDE_AT, validated_splits, widest_rows, with_peak
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
 
 BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
@@ -178,11 +179,12 @@ def request_draws(page_size: int, window: int | None, limits: Limits) -> st.Sear
 
 @functools.lru_cache(maxsize=256)
 def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
-    """The value regime: `plain` in about half the cases (and first: shrinking moves towards it), else
-    any regime the limits allow, in `VALUE_REGIMES` order."""
+    """The value regime: `plain` in half the cases (and first: shrinking moves towards it), else any other
+    regime the limits allow, in `VALUE_REGIMES` order (plain left out there: with nine regimes, each other
+    one kept a twelfth of the draws less than a plain second branch gives it)."""
     allowed = [r for r in VALUE_REGIMES if r in limits.values]
     if allowed[0] == "plain" and len(allowed) > 1:
-        return st.one_of(st.just("plain"), st.sampled_from(allowed))
+        return st.one_of(st.just("plain"), st.sampled_from(allowed[1:]))
     return st.sampled_from(allowed)
 
 
@@ -227,7 +229,8 @@ def build_case(p: dict[str, Any]) -> Case:
         kv_dtype=p["kv_dtype"] if fp8 else p["dtype"], k_scale=p["k_scale"] if fp8 else 1.0,
         v_scale=p["v_scale"] if fp8 else 1.0, block_storage=p["block_storage"],
         page_table_dtype=p["page_table_dtype"], page_table_pad=p["page_table_pad"], seed=p["seed"],
-        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())))
+        values=p.get("values", "plain"), value_keys=tuple(p.get("value_keys", ())),
+        peak_keys=tuple(p.get("peak_keys", ())))
 
 
 # Alternatives tried, in order, when a lowering does not support a drawn value.
@@ -246,6 +249,21 @@ def is_supported(lowering: Any, case: Case) -> bool:
     """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.hooks.call`): a supports()
     that raises, exits or loops raises HookFailure, which ends the lowering's check (not the run)."""
     return hooks.call(lowering, "supports", case, case=case) is None
+
+
+def declared_splits(lowering: Any, case: Case) -> tuple[tuple[int, ...], ...] | None:
+    """`lowering.split_boundaries(case)` (under the hook watchdog), validated; None when it declares none."""
+    got = None if lowering is None else hooks.call_optional(lowering, "split_boundaries", case, case=case)
+    return None if got is None else validated_splits(got, case, getattr(lowering, "name", repr(lowering)))
+
+
+def place_peak(case: Case | None, p: dict[str, Any], lowering: Any) -> Case | None:
+    """A `peak` case with its heavy keys placed by the drawn anchor `p['peak_anchor']`
+    (`strategies._extremes.with_peak`), on the case as repaired; any other case as it is."""
+    if case is None or case.values != "peak" or "peak_anchor" not in p:
+        return case
+    anchor, u = p["peak_anchor"]
+    return with_peak(case, anchor, u, declared_splits(lowering, case) if anchor.startswith("split") else None)
 
 
 def _candidates(p: dict[str, Any]):
@@ -328,9 +346,12 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
         return fixed[name] if name in fixed else draw(strat[name] if strategy is None else strategy)
 
     B = pick("batch_size", batch_sizes(limits))
+    wide = not {"block_size", "group"} & set(fixed) and draw(WIDE) == WIDE_AT  # before K, G: `strategies._extremes`
     K = pick("block_size")
     hkv = pick("num_kv_heads")
     g = pick("group")
+    if wide:
+        K, g = widest_rows(limits, BLOCK_SIZES, GROUPS)
     D = pick("head_dim")
     ps = pick("page_size")
     window = pick("window", windows(K))
@@ -357,10 +378,13 @@ def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict
         "seed": pick("seed"),
         "values": pick("values", value_regimes(limits)),
     }
+    if p["values"] == "peak":  # where its heavy key goes (placed once the case is repaired: `place_peak`)
+        p["peak_anchor"] = draw(PEAK_DRAWS)
     # The production dimension, drawn last: its fields replace the small shape's (never a field the caller
     # fixed), so shrinking its flag to "small" keeps every choice above and lands on the small case.
     prod = draw(production_fields(limits, fixed, p)) if production_is_on(limits) else None
-    return fit_budget({**p, **prod}, limits) if prod else p
+    # Every draw fits the budget: a production one, and a small shape whose widest rows fill a full batch.
+    return fit_budget({**p, **prod} if prod else p, limits)
 
 
 def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -> st.SearchStrategy[Case]:
@@ -379,7 +403,8 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     if unknown:
         raise ValueError(f"cases(): unknown field(s) {sorted(unknown)}")
 
-    def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a production case: fit it again
-        return fit_budget(q, lim) if "pool_elements" in q else q
+    def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a case (fp8 to bf16): fit it again
+        return fit_budget(q, lim)
 
-    return _case_params(lim, fixed).map(lambda p: repair(p, lowering, refit)).filter(lambda c: c is not None)
+    return (_case_params(lim, fixed).map(lambda p: place_peak(repair(p, lowering, refit), p, lowering))
+            .filter(lambda c: c is not None))

@@ -10,8 +10,9 @@ limits turn the production dimension on (`Limits.max_production_context > 0`), f
 - a batch (`Limits.max_production_batch`) where one request is long and the others short, or all long;
   the long length is log-uniform up to `max_production_context`, mostly moved onto a boundary
   `2^k - 1, 2^k, 2^k + 1` (k = 11..17 at production lengths) of the context or of its keys `L + K`,
-  optionally then so that `L + K` ends on a page boundary (+-1); each request draws the key of its
-  value streams with its length (`value_keys`, as in the small shapes);
+  optionally then so that `L + K` ends on a page boundary (+-1), or, for a windowed shape, onto the
+  window's edge `W - 2 .. W + 1`; each request draws the key of its value streams with its length
+  (`value_keys`, as in the small shapes);
 - fp8 pools with `k_scale != v_scale`, and pools padded past 2**31 elements when
   `Limits.max_pool_elements` allows (the request's pages at the top of the pool: 64-bit offsets);
 - then fitted to `Limits.max_case_bytes` (`parity.footprint.run_bytes`): the long lengths shrink
@@ -36,6 +37,7 @@ from strategies._models import MODEL_NAMES, MODELS, ModelConfig
 LONG_FROM = 4097  # the second range of a long length: production contexts only
 SNAPS = (None, 1, 0, -1)  # a long length moved to 2^k + snap (None: left where it was drawn)
 PAGE_OFFSETS = (None, 0, -1, 1)  # then moved so that L + K ends on a page boundary + offset (None: not moved)
+EDGE_OFFSETS = (None, 0, -1, 1, -2)  # a windowed shape's long length moved to W + offset (None: not moved)
 FP8_SCALE_PAIRS = ((0.5, 2.0), (2.0, 0.25), (4.0, 0.5), (0.25, 4.0))  # k_scale != v_scale, powers of two
 POOL_TARGETS = (2**31, 2**32)  # pool elements a padded pool passes (int32 offsets overflow past 2**31)
 MAX_CASE_PAGES = 1 << 20  # pages a drawn case may list (its page lists are Python tuples)
@@ -80,12 +82,14 @@ def allowed_models(limits: Any) -> tuple[ModelConfig, ...]:
 
 
 @st.composite
-def long_length(draw: st.DrawFn, max_len: int, block_size: int, page_size: int) -> int:
+def long_length(draw: st.DrawFn, max_len: int, block_size: int, page_size: int, window: int | None = None) -> int:
     """The long request's context, in `[0, max_len]`: an integer drawn over the whole range or over its
     part past `LONG_FROM` keys (hypothesis draws a bounded integer's bit length first, so either is close
     to log-uniform: every octave about as likely); unless the snap drawn is None, moved onto the nearest
     power of two `2^k` as `2^k - 1, 2^k, 2^k + 1`, of the context or of its keys `L + K`; unless the page
-    offset drawn is None, moved so that `L + K` ends on a page boundary (+-1).
+    offset drawn is None, moved so that `L + K` ends on a page boundary (+-1); with a window of width
+    `window`, unless the edge offset drawn (last) is None, moved to `W + offset` (`EDGE_OFFSETS`: the
+    first query sees key 0 at `W - 1` and not at `W`), whatever the moves before.
 
     Shrinking: hypothesis shrinks towards the smallest choice sequence, so the snap and the page offset,
     drawn first, go first (None), then the range (the whole one), then the integer itself, by bisection:
@@ -98,7 +102,9 @@ def long_length(draw: st.DrawFn, max_len: int, block_size: int, page_size: int) 
     if snap is not None:
         power = 1 << max(0, round(math.log2(max(L, 1))))
         L = power + snap - (block_size if of_keys else 0)
-    return max(0, min(max_len, align_to_page(max(0, L), block_size, page_size, page_offset)))
+    L = max(0, min(max_len, align_to_page(max(0, L), block_size, page_size, page_offset)))
+    edge = draw(st.sampled_from(EDGE_OFFSETS)) if window else None
+    return L if edge is None else max(0, min(max_len, window + edge))
 
 
 def align_to_page(L: int, block_size: int, page_size: int, offset: int | None) -> int:
@@ -135,7 +141,7 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
         B = fixed["batch_size"]
     if "context_lens" not in fixed:
         top = limits.max_production_context
-        L = draw(long_length(top, K, ps))
+        L = draw(long_length(top, K, ps, window[1]))
         all_long = draw(st.booleans()) and B > 1
         at = draw(st.integers(0, B - 1))
         short = request_draws(ps, window[1], limits)
@@ -175,10 +181,11 @@ def pool_pad_pages(p: dict[str, Any], lens: list[int]) -> int:
 
 
 def fit_budget(p: dict[str, Any], limits: Any) -> dict[str, Any]:
-    """`p` (a production draw's parameters) with its lengths, pool padding and batch cut until
-    `parity.footprint.run_bytes` fits `limits.max_case_bytes` and the case lists at most
-    `MAX_CASE_PAGES` pages: the long requests shrink first (largest that fits), then the padding goes,
-    then requests are dropped from the end (never the longest). Deterministic: shrinking still works."""
+    """`p` (a draw's parameters: a production one, or a small shape as wide as the limits allow) with its
+    lengths, pool padding and batch cut until `parity.footprint.run_bytes` fits `limits.max_case_bytes` and
+    the case lists at most `MAX_CASE_PAGES` pages: the long requests shrink first (largest that fits), then
+    the padding goes, then requests are dropped from the end (never the longest). Unchanged when it fits.
+    Deterministic: shrinking still works."""
     from parity.footprint import run_bytes
 
     budget = limits.max_case_bytes

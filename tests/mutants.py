@@ -23,6 +23,7 @@ from lowerings.torch_emulation import Context, DecodeRows, decode_rows_attention
 from oracle.case import Case, pages_needed
 from oracle.inputs import Inputs
 from tests.mutant_bases import ContextMutant, WindowedMutant, context_read, eager_merge_parts, part_a
+from tests.extreme_mutants import EXTREME_MUTANTS
 from tests.production_mutants import (DispatchThresholdLow, Fp8ScalesSwapped, LastSplitUnclamped,  # noqa: F401
                                       PositionsBf16, PositionsFp16, SplitWorkspaceWraps)
 
@@ -456,11 +457,15 @@ MUTANTS = (
     PageTableAssumesInt32, GqaHeadModulo, ScaleHardcoded, Fp8ScaleIgnored, SilentFallbackContext,
     DispatchThresholdOffByOne, StatsSlabBRows, ScalesQInPlace, RacyOutput, RecompilePerBatch, SoftmaxWithoutMax,
     SplitWorkspaceWraps, LastSplitUnclamped, PositionsFp16, PositionsBf16, DispatchThresholdLow, Fp8ScalesSwapped,
+    *EXTREME_MUTANTS,
 )
 # The production-scale mutants (issue 13, tests/production_mutants.py): caught by the default `ci` profile's
 # draws and boundary cases (`strategies.check_cases`), tests/parity/test_production_mutants.py.
 PRODUCTION_MUTANTS = (SplitWorkspaceWraps, LastSplitUnclamped, PositionsFp16, PositionsBf16, DispatchThresholdLow,
                       Fp8ScalesSwapped)
+
+
+# The extremes' mutants (issue 47, tests/extreme_mutants.py): tests/parity/test_extreme_mutants.py.
 
 
 def catalogue() -> dict[str, object]:

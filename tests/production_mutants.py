@@ -18,11 +18,12 @@ from tests.mutant_bases import ContextMutant, WindowedMutant, context_read
 
 
 def paged_attention_hooked(q, k_pool, v_pool, page_table, kv_lens, *, layout, page_size, scale, window_left=-1,
-                            causal=False, k_scale=1.0, v_scale=1.0, first_key=None, read_lens=None, pos_dtype=None):
-    """`lowerings.paged.paged_attention`, copied, with three hooks (None: the original, bit for bit, which
+                            causal=False, k_scale=1.0, v_scale=1.0, first_key=None, read_lens=None, pos_dtype=None,
+                            skip_key=None):
+    """`lowerings.paged.paged_attention`, copied, with four hooks (None: the original, bit for bit, which
     test_mutants checks): row `n` attends only to keys `t >= first_key[n]`; it reads `read_lens[n]` keys
     through its page table (the valid ones; its queries stay at the end of `kv_lens[n]`); the mask compares
-    positions held in `pos_dtype`."""
+    positions held in `pos_dtype`; row `n` never attends to key `skip_key[n]` (-1: none)."""
     N, M, Hq, D = q.shape
     dev = q.device
     if N == 0:
@@ -31,6 +32,7 @@ def paged_attention_hooked(q, k_pool, v_pool, page_table, kv_lens, *, layout, pa
     lens = torch.tensor(kv_lens, device=dev, dtype=torch.long)
     reads = torch.tensor(read_lens if read_lens is not None else kv_lens, device=dev, dtype=torch.long)
     firsts = torch.tensor(first_key, device=dev, dtype=torch.long) if first_key is not None else None
+    skips = torch.tensor(skip_key, device=dev, dtype=torch.long) if skip_key is not None else None
     T = max(int(reads.max()), 1)
     rows_per = max(1, paged.MAX_GATHER_ELEMS // max(1, T * Hkv * D))
     outs, lses = [], []
@@ -53,6 +55,8 @@ def paged_attention_hooked(q, k_pool, v_pool, page_table, kv_lens, *, layout, pa
         mask = valid.view(-1, 1, T) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
         if firsts is not None:
             mask = mask & (t.view(1, 1, T) >= firsts[n0:n1].view(-1, 1, 1))
+        if skips is not None:
+            mask = mask & (t.view(1, 1, T) != skips[n0:n1].view(-1, 1, 1))
         if window_left >= 0:
             mask = mask & (tt.view(1, 1, T) >= (pp - window_left).unsqueeze(-1))
         if causal:

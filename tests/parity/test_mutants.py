@@ -61,6 +61,9 @@ SPECS = [
     Spec("mutant:lse_converted_twice", "a base-2 LSE converted twice"),
     Spec("mutant:lse_base_declared_natural", "a base-2 LSE taken as natural log", max_k=1),
     Spec("mutant:window_left_W", "partial A: max |O - O_ref|", max_k=1, max_l=1),
+    # Needs a non-causal window with 2 <= W <= K: 60 draws of these limits reach it in about 1 run in 4 (seeds 8-27:
+    # 4 of 20, 5 of 20 with issue 47's draws); the derandomized sequence does (a change of the draws may lose it:
+    # the default check's boundary cases, W = K - 1, K, K + 1 against K = 4, reach it in every run).
     Spec("mutant:part_b_right_exclusive", "partial B: max |O - O_ref|"),
     Spec("mutant:context_right_unclipped", "output: max |O - O_ref|"),
     Spec("mutant:part_a_block_end_anchor", "partial A: max |O - O_ref|"),
@@ -121,7 +124,7 @@ def _sweep(lowering, policy, limits: Limits, fixed: dict[str, Any]) -> tuple[Low
 
 
 def test_catalogue_matches_specs():
-    names = set(M.catalogue()) - {cls().name for cls in M.PRODUCTION_MUTANTS}  # test_production_mutants.py's
+    names = set(M.catalogue()) - {cls().name for cls in M.PRODUCTION_MUTANTS + M.EXTREME_MUTANTS}  # their own tests
     assert len(names) >= 16
     assert names == {s.name for s in SPECS}
 

@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 import lowerings
 from oracle import Case, pages_needed
 from strategies import Limits, batch_sizes, cases, context_length, windows
+from strategies._determinism import seed_only_draws
 
 DRAWS = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))
 
 
 def _collect(strategy, n=300):
-    """`n` derandomized draws of `strategy`."""
+    """`n` derandomized draws of `strategy`, from the seed alone (`seed_only_draws`)."""
     seen = []
 
     @settings(DRAWS, max_examples=n)
@@ -24,7 +25,8 @@ def _collect(strategy, n=300):
     def draw(x):
         seen.append(x)
 
-    draw()
+    with seed_only_draws():  # the same draws whatever modules the session imported (issue 47 added some)
+        draw()
     return seen
 
 
@@ -125,11 +127,14 @@ def test_pages_cover_context_plus_block():
 # field strategies built once per limits, `_field_strategies`; refused repair candidates asked with pages in
 # pool order, `supports_by_shape`) and unchanged by it. A speed change that alters what is drawn
 # changes these; a hypothesis release that changes its choice sequence does too (then re-record, saying so).
+# Re-recorded for the extremes' draws (issue 47: the `full_range` and `peak` regimes, the widest-rows flag, the
+# window-edge snap of production lengths, every draw fitted to the budget, plain left out of the regimes' second
+# branch, `Case.peak_keys` in the repr).
 DRAW_FINGERPRINTS = {
-    ("hybrid_paged", "off"): "559cda11344cf0c8",
-    ("hybrid_paged", "on"): "2144e8caa751cda9",
-    ("windowed_merge[eager]", "off"): "ab5c3a22954ddfd2",
-    ("windowed_merge[eager]", "on"): "988e26ebb1b0494f",
+    ("hybrid_paged", "off"): "a89f954228ad638b",
+    ("hybrid_paged", "on"): "33d3ebb60e94df32",
+    ("windowed_merge[eager]", "off"): "0b484bfd09eae18c",
+    ("windowed_merge[eager]", "on"): "5011fdf34827268a",
 }
 
 
@@ -209,7 +214,8 @@ def test_a_lowering_that_supports_by_shape_draws_the_same_cases_without_shufflin
 
     slow = _drawn(AskedWithItsPages())
     assert fast == slow and len(fast) > 30
-    assert len(shuffles) - n_fast >= 20, (n_fast, len(shuffles))  # measured: 33 against 61
+    # measured: 28 against 36 (33 against 61 before the extremes' draws of issue 47 changed the sequence)
+    assert len(shuffles) - n_fast >= 5, (n_fast, len(shuffles))
 
 
 def test_a_supports_that_reads_the_page_ids_after_declaring_by_shape_never_gets_a_case_it_refuses():

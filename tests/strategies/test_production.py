@@ -27,9 +27,10 @@ GPU = resolve(Limits(max_case_bytes=55 * GIB), "cuda")
 CPU_LONG = Limits(max_production_context=8192)  # the torch lowerings' CPU limits
 
 
-def _collect(strategy, n=300, seed_only: bool = False):
-    """`n` draws of `strategy`; `seed_only`: inside `seed_only_draws`, the same draws whatever modules the session
-    imported (else hypothesis mixes in their constants, and a test's draws depend on which tests ran before)."""
+def _collect(strategy, n=300, seed_only: bool = True):
+    """`n` draws of `strategy`; `seed_only` (default): inside `seed_only_draws`, the same draws whatever modules the
+    session imported (else hypothesis mixes in their constants, and a test's draws depend on which tests ran before:
+    "long contexts on the heads that fit" failed so once modules were added for issue 47)."""
     seen = []
 
     @settings(DRAWS, max_examples=n)
@@ -120,13 +121,16 @@ def test_production_draws_key_each_request_and_the_budget_drops_keys_with_their_
 
 
 def test_boundary_cases_hold_plain_values_one_key_per_request():
-    """A boundary case is a format 2 case like any drawn one: plain values, request `b` keyed `b` (the 32
-    requests of the decode-rows threshold case hold different values: a mix-up of requests shows)."""
+    """A boundary case is a format 2 case like any drawn one: plain values (but for the extremes that are
+    values: fp8 `full_range`, the `peak` key), request `b` keyed `b` (the 32 requests of the decode-rows
+    threshold case hold different values: a mix-up of requests shows)."""
     bounds = boundary_cases(lowerings.get("decode_rows"), limits_for(lowerings.get("decode_rows"), "cpu"))
     for b in bounds:
         for c in (b.case, b.other_side):
             if c is not None:
-                assert c.values == "plain" and c.value_keys == tuple(range(c.batch_size)), c.short()
+                assert c.value_keys == tuple(range(c.batch_size)), c.short()
+                assert c.values == "plain" or (c.values in ("full_range", "peak") and ("heaviest" in b.label or
+                                                                                      "fp8" in b.label)), b.label
     assert max(b.case.batch_size for b in bounds) == 33
 
 
@@ -142,7 +146,7 @@ def test_every_draw_fits_its_memory_budget(lowering):
 
 def test_scale_profile_pads_pools_past_2_31_elements_with_the_requests_pages_on_top():
     lim = dataclasses.replace(limits_for(Plain(), "cuda", profile="scale"), max_case_bytes=100 * GIB)
-    seen = _collect(cases(limits=lim), n=150, seed_only=True)
+    seen = _collect(cases(limits=lim), n=150)
     big = [c for c in seen if pool_elements(c) > 2**31]
     assert big and max(c.batch_size for c in seen) > 64
     per_page = lambda c: c.page_size * c.num_kv_heads * c.head_dim  # noqa: E731
