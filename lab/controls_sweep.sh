@@ -3,7 +3,7 @@
 # `dflash-parity check` at the ci profile (60 draws and the boundary cases, hardened, isolated), on the CPU, seeds
 # 0-9, as drawn by default and narrowed to each value regime. JOBS checks at a time; one line per check, then the
 # verdicts summed (exit 1 if any check failed).
-#   JOBS=14 OUT=dir bash lab/controls_sweep.sh
+#   JOBS=14 OUT=dir [SWEEP_ARGS="--no-hardening --no-isolate"] bash lab/controls_sweep.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/controls-sweep}; JOBS=${JOBS:-2}
 mkdir -p "$OUT"
@@ -16,7 +16,7 @@ done | xargs -P "$JOBS" -L 1 bash -c '
   lim=(); [ "$scope" = default ] || lim=(--limit "values=$scope")
   OMP_NUM_THREADS=1 '"$PY"' -m parity.cli check --device cpu --plugin tests/controls_plugin.py --profile ci --seed "$seed" \
     --threads 1 --lowering "control[fp32-one-rounding]" --lowering "control[p-rounded]" --lowering "control[split-kv-4]" \
-    "${lim[@]}" --quiet --report "$dir" > "$dir.log" 2>&1
+    "${lim[@]}" '"${SWEEP_ARGS:-}"' --quiet --report "$dir" > "$dir.log" 2>&1
   echo "seed $seed $scope exit $?"'
 $PY - "$OUT" <<'PY'
 import json, pathlib, sys
