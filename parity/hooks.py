@@ -15,8 +15,11 @@ Where each hook runs, and what bounds it (`check`, isolated: the default):
   2-core CI machine, against milliseconds per case); its handler raises in the hook, so an endless
   Python loop or a sleep is stopped and the hook fails after `timeout()` seconds. `case_limits` and
   `compile_family` are asked here the same way;
-- `expected_calls(case)`: inside `run_case`, in the case worker, under the same watchdog (and the case
-  timeout, and the worker's crash isolation behind it).
+- `expected_calls(case)`, `kernel_families(case)`: inside `run_case`, in the case worker, under the same
+  watchdog (and the case timeout, and the worker's crash isolation behind it).
+
+An answer of the wrong type (`supports()` returning True, `expected_calls()` None, ...) fails the lowering
+the same way: `call(..., expect=checker)` with a checker of `parity.answers`.
 
 A hook that raises (any exception, `SystemExit` included), or does not answer in time, raises
 `HookFailure`: a `BaseException`, so that hypothesis does not catch it to shrink (a hook's failure is a
@@ -31,9 +34,9 @@ Limits: the watchdog needs the main thread (elsewhere the hooks run unbounded, e
 contained) and Python code or an interruptible call to stop (a loop in C code holding the GIL is not
 interrupted; in the worker, the case timeout still ends it).
 
-Public: `HookFailure`, `call(lowering, hook, *args, case=None)`, `call_optional(lowering, hook, *args, default=None)`, `timeout()`, `set_timeout(seconds)`,
-`timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`, `describe_exception(err, owner)`,
-`deadline(seconds)`, `HookTimeout`.
+Public: `HookFailure`, `call(lowering, hook, *args, case=None, expect=None)`, `call_optional(lowering, hook,
+*args, default=None)`, `shown`, `timeout()`, `set_timeout(seconds)`, `timeout_set(seconds)`, `load_plugin(path)`,
+`exception_origin(err, owner)`, `describe_exception(err, owner)`, `deadline(seconds)`, `HookTimeout`.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from oracle.errors import InvalidInput
 
@@ -198,11 +201,32 @@ def describe_exception(err: BaseException, owner: Any) -> str:
     return f"{what} ({where})" if where else what
 
 
-def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None) -> Any:
+def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None,
+         expect: Callable[[Any], str | None] | None = None) -> Any:
     """`lowering.<hook>(*args)`, bounded by `seconds` (default `timeout()`); an exception, an exit or the
-    deadline raise `HookFailure` naming the lowering, the hook and the case."""
-    fn = getattr(lowering, hook)
+    deadline raise `HookFailure` naming the lowering, the hook and the case; so does an answer `expect` (one of
+    the `parity.answers` checkers) finds wrong: "`hook() returned X, expected Y`"."""
     limit = timeout() if seconds is None else seconds
+    name = getattr(lowering, "name", repr(lowering))
+    value = _call(lowering, hook, args, limit, case)
+    if expect is not None:
+        wanted = expect(value)
+        if wanted is not None:
+            raise HookFailure(name, hook, f"{hook}() returned {shown(value)}, expected {wanted}", case)
+    return value
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` cut to 200 characters (a hook's answer in one line of a report)."""
+    try:
+        text = repr(value)
+    except Exception as err:  # noqa: BLE001  (a plugin's __repr__)
+        text = f"<{type(value).__name__}: repr raised {type(err).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _call(lowering: Any, hook: str, args: tuple, limit: float, case: Any = None) -> Any:
+    fn = getattr(lowering, hook)
     name = getattr(lowering, "name", repr(lowering))
     try:
         with deadline(limit):
@@ -216,14 +240,15 @@ def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float 
         raise HookFailure(name, hook, f"{hook}() raised {describe_exception(err, lowering)}", case) from None
 
 
-def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None) -> Any:
+def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None,
+                  expect: Callable[[Any], str | None] | None = None) -> Any:
     """`call(lowering, hook, *args)` for an optional hook (`lowerings.protocol.OptionalHooks`), or `default`
     when the lowering does not define it."""
     from lowerings.protocol import optional_hook
 
     if optional_hook(lowering, hook) is None:
         return default
-    return call(lowering, hook, *args, case=case)
+    return call(lowering, hook, *args, case=case, expect=expect)
 
 
 def load_plugin(path: str, seconds: float | None = None) -> list[str]:

@@ -5,8 +5,9 @@
   declares `writes_given_output`; `fresh_inputs`: the same from a pristine copy when one is kept.
 - `call_lowering`: `lowering.run(inputs)` inside a `KernelCounter` (counted calls, observed flashinfer
   calls, compilations recorded on the outcome); anything the lowering raises, an exit included, and a
-  result of the wrong type or dtype, or without its LSE, become a `LoweringError`: a failure of that
-  lowering, never of the run.
+  result the judge cannot read (`parity.answers.result_problem`: the wrong type, a tensor on the wrong
+  device, of the wrong shape or dtype, no LSE, a malformed partial) become a `LoweringError`: a failure of
+  that lowering, never of the run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize
 from parity import hooks, memory
+from parity.answers import result_problem
 
 if TYPE_CHECKING:
     from parity.outcome import CaseOutcome
@@ -87,8 +89,8 @@ def fresh_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str |
 
 def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
     """`lowering.run(inputs)`, its counted calls, observed flashinfer calls and compilations recorded on
-    `outcome`; `LoweringError` when it raises (an exit included) or returns anything but a
-    `LoweringResult` in the case's dtype with its LSE; `parity.memory.OutOfDeviceMemory` when it runs out of
+    `outcome`; `LoweringError` when it raises (an exit included) or returns a result the judge cannot read
+    (`parity.answers.result_problem`); `parity.memory.OutOfDeviceMemory` when it runs out of
     device memory (`parity.case_run.run_case` judges the case again, alone)."""
     from lowerings import flashinfer_observer
 
@@ -111,11 +113,7 @@ def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> L
     outcome.calls = dict(kc.calls)
     outcome.observed = dict(kc.observed)
     outcome.compiles = dict(kc.compiles)
-    if not isinstance(result, LoweringResult):
-        raise LoweringError(f"{lowering.name}.run returned {type(result).__name__}, expected LoweringResult")
-    if result.out.dtype != inputs.q.dtype:
-        raise LoweringError(f"{lowering.name}: output dtype {result.out.dtype}, expected the case's {inputs.q.dtype}")
-    if result.lse is None:
-        raise LoweringError(f"{lowering.name}: declared lse_base {'2' if lowering.lse_base == 2.0 else 'e'} but "
-                            f"returned no LSE (lse=None): the LSE would go unchecked")
+    problem = result_problem(lowering, inputs, result)  # the wrong type, device, shape or dtype: its failure
+    if problem:
+        raise LoweringError(problem)
     return result
