@@ -214,7 +214,7 @@ def _setup(args, probe: bool = False) -> tuple:
     from parity import policy as policy_mod
 
     if probe and args.plugins:
-        from parity.isolation import probe_plugins
+        from parity.plugin_probe import probe_plugins
         probe_plugins(args.plugins)
     for path in args.plugins:
         hooks.load_plugin(path)

@@ -152,8 +152,8 @@ def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int
 
 
 def executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
-    """`run_case`'s signature over `executor.run` (supports() is asked here, under the hook watchdog of
-    `parity.hooks`: no round trip for it)."""
+    """`run_case`'s signature over `executor.run` (supports() is asked through `parity.hooks.call`: here under
+    its watchdog, or for a plugin's lowering in the executor's worker when `check` has it answered there)."""
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
         why = hooks.call(lowering, "supports", case, case=case, expect=supports_answer)
         if why:
