@@ -565,6 +565,7 @@ def part_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from parity.leftovers import finish
     from parity.session import part_main as _main  # the module proper, not this __main__ copy
 
-    sys.exit(_main(sys.argv[1:]))
+    finish(_main(sys.argv[1:]))

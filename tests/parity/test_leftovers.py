@@ -3,6 +3,8 @@
 Each test runs `check` as a CI step would, a process of its own with its output to pipes read to the end
 (`communicate`, with a deadline), and then finds nothing of it still running. Before:
 
+- a non-daemon thread a plugin starts at import (or in `run()` under `--no-isolate`): `check` printed its table,
+  wrote its report and never exited;
 - a `run()` that forks, or starts a `sleep`: the processes outlived `check` and held its output open, so the
   reader never saw the end of it;
 - a `supports()` spinning in C code (one long `sum(range(...))`, which holds the interpreter: no signal handler
@@ -93,6 +95,35 @@ def report(path: Path) -> dict:
     return json.loads((path / "parity.json").read_text())
 
 
+# ---- threads ------------------------------------------------------------------------------------------------
+
+def test_a_thread_started_at_import_does_not_keep_check_from_ending(tmp_path):
+    """The lowering fails (its LSE dropped): the exit code stays 1, and the note names the thread."""
+    p = plugin(tmp_path, "p_thread_import", "    def run(self, inputs):\n        r = super().run(inputs)\n"
+                                            "        r.lse = None\n        return r\n",
+               tail="threading.Thread(target=lambda: time.sleep(3600), name='plugin-sleeper').start()\n")
+    with check_process("--plugin", p, "--lowering", "p_thread_import", "--report", tmp_path / "r", *QUICK) as proc:
+        code, out, err = ended(proc)
+    assert code == 1, out + err
+    assert report(tmp_path / "r")["lowerings"]["p_thread_import"]["status"] == "fail"
+    note = [ln for ln in err.splitlines() if "thread(s) running after the report" in ln]
+    assert note and "'plugin-sleeper' (at p_thread_import.py:" in note[0] and "exit code 1" in note[0], err
+
+
+def test_a_thread_started_in_run_under_no_isolate_does_not_keep_check_from_ending(tmp_path):
+    p = plugin(tmp_path, "p_thread_run", "    def run(self, inputs):\n"
+                                         "        if not getattr(P, 'started', False):\n            P.started = True\n"
+                                         "            threading.Thread(target=time.sleep, args=(3600,), name='run-sleeper')"
+                                         ".start()\n        return super().run(inputs)\n")
+    with check_process("--plugin", p, "--lowering", "p_thread_run", "--report", tmp_path / "r", "--no-isolate",
+                       *QUICK) as proc:
+        code, out, err = ended(proc)
+    assert code == 0, out + err
+    assert report(tmp_path / "r")["lowerings"]["p_thread_run"]["cases"] == quick_cases("sdpa")
+    assert "plugin code left 1 thread(s) running after the report ('run-sleeper'" in err, err
+    assert "exit code 0" in err
+
+
 # ---- processes ----------------------------------------------------------------------------------------------
 
 LEAVES = {
@@ -110,6 +141,18 @@ def test_what_run_leaves_in_the_isolated_worker_ends_with_it(tmp_path, what):
         code, out, err = ended(proc)
     assert code == 0, out + err
     assert report(tmp_path / "r")["lowerings"][name]["cases"] == quick_cases("sdpa")
+    assert "left running" not in err  # killed with the worker; the fork server and the like are no strays
+
+
+def test_what_run_leaves_under_no_isolate_is_stopped_and_named(tmp_path):
+    p = plugin(tmp_path, "p_leaves", "    def run(self, inputs):\n" + LEAVES["fork"] + LEAVES["sleep"]
+               + "        return super().run(inputs)\n")
+    with check_process("--plugin", p, "--lowering", "p_leaves", "--report", tmp_path / "r", "--no-isolate",
+                       *QUICK) as proc:
+        code, out, err = ended(proc)
+    assert code == 0, out + err
+    note = [ln for ln in err.splitlines() if "process(es) a lowering's or plugin's code left running: " in ln]
+    assert note and note[0].startswith("dflash-parity: note: stopped ") and "sleep (pid " in note[0], err
 
 
 # ---- a hook spinning in C code --------------------------------------------------------------------------------
