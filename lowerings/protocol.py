@@ -247,9 +247,14 @@ def protocol_violations(obj: object) -> list[str]:
             problems.append(base)
         if not isinstance(obj.devices, tuple) or not all(d in ("cpu", "cuda") for d in obj.devices):
             problems.append(f"'devices' must be a tuple of 'cpu'/'cuda', got {obj.devices!r}")
-        wgo = optional_attribute(obj, "writes_given_output")
-        if not isinstance(wgo, bool):
-            problems.append(f"'writes_given_output' must be True or False, got {wgo!r}")
+        for flag in ("deterministic", "writes_given_output", "graph_safe", "supports_by_shape"):
+            v = obj.deterministic if flag == "deterministic" else optional_attribute(obj, flag)
+            if not isinstance(v, bool):
+                problems.append(f"'{flag}' must be True or False, got {v!r:.100}")
+        for count in ("max_compiles", "threshold"):
+            v = obj.max_compiles if count == "max_compiles" else optional_attribute(obj, count)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                problems.append(f"'{count}' must be None or an integer >= 0, got {v!r:.100}")
         acc = _accuracy_problem(optional_attribute(obj, "accuracy"))
         if acc:
             problems.append(acc)

@@ -22,7 +22,7 @@ from oracle import reference
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
-from parity import footprint, hooks, memory
+from parity import answers, footprint, hooks, memory
 from parity.hardening import KernelNames, output_buffer_failures, rerun_failures, untouched_failures
 from parity.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.golden import GoldenOracle
@@ -91,7 +91,7 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
              yardstick: Lowering | None = None) -> CaseOutcome:
     """Run `case` through `lowering` and judge it (see module docstring)."""
     t0 = time.perf_counter()
-    why = hooks.call(lowering, "supports", case, case=case)
+    why = hooks.call(lowering, "supports", case, case=case, expect=answers.supports_answer)
     if why:
         return CaseOutcome(lowering.name, case, "unsupported", reason=why)
     def judged() -> CaseOutcome:
@@ -197,7 +197,8 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
         for c in comparisons:
             outcome.failures.extend(c.failures)
         if opts.check_calls:
-            outcome.expected_calls = dict(hooks.call(lowering, "expected_calls", case, case=case))
+            outcome.expected_calls = dict(hooks.call(lowering, "expected_calls", case, case=case,
+                                                     expect=answers.expected_calls_answer))
             msg = counters.call_mismatch(outcome.expected_calls, outcome.calls)
             if msg:
                 outcome.failures.append(msg)
@@ -229,8 +230,8 @@ def tolerance_for(policy: Policy, lowering: Lowering, case: Case, calls: dict[st
     """The bounds of `case` from what ran (`Policy.for_case`): the calls it recorded and those observed,
     the kernel families they launch (declared with `counters.declare_kernel` or by the lowering's
     `kernel_families(case)`), and the kernel keys its `accuracy` attribute claims."""
-    fams = optional_hook(lowering, "kernel_families")
-    families = dict(fams(case)) if fams is not None else {}
+    families = dict(hooks.call_optional(lowering, "kernel_families", case, case=case, default={},
+                                        expect=answers.kernel_families_answer))
     keys = counters.kernel_keys(calls, observed, families, accuracy_claims(lowering))
     return policy.for_case(lowering.name, case.dtype, keys)
 
@@ -283,6 +284,6 @@ def compile_family(lowering: Lowering, case: Case) -> tuple:
     """The shapes a lowering may compile once for: its own `compile_family(case)` if it has one, else
     every field but the batch size, the lengths, the pages and the seed (which must never recompile)."""
     if optional_hook(lowering, "compile_family") is not None:
-        return tuple(hooks.call(lowering, "compile_family", case, case=case))
+        return tuple(hooks.call(lowering, "compile_family", case, case=case, expect=answers.compile_family_answer))
     return (case.block_size, case.num_q_heads, case.num_kv_heads, case.head_dim, case.page_size, case.layout,
             case.window, case.softmax_scale, case.dtype, case.kv_dtype, case.block_storage, case.page_table_dtype)

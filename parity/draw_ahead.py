@@ -16,7 +16,9 @@ the cases judged already are answered SKIPPED (a pass, counted once, from the fi
 with its outcome or exception from the first time (never judged twice: a flaky failure stays the failure
 it was), and every later call, shrinking included, is judged. A KeyboardInterrupt, SystemExit or hook
 failure propagates at once, as it does through hypothesis. So the report, the shrunk failure and every
-figure are those of the search without the drawer (`tests/parity/test_draw_ahead.py`).
+figure are those of the search without the drawer (`tests/parity/test_draw_ahead.py`). A plugin's hook that the
+drawer calls and that spins in C code past its bound ends the drawer (`_exits_when_stuck`): the search then goes on
+here, where the hook is asked in the isolated worker and stopped (`parity.hooks.answered_by`).
 
 The shards of one lowering (`check --jobs N --shards NAME=S`) each drew every case of the serial run to run
 their share of them. Now they share one drawer (`SharedDraws`): the first shard to reach its search forks it,
@@ -32,11 +34,12 @@ touches no CUDA (torch marks CUDA unusable in a forked child, so a lowering's `s
 drawer error: the search runs here). Its CPU seconds count in this process's (it is reaped).
 
 Public: `MODES`, `AUTO_MIN_EXAMPLES`, `seed_fixes_the_draws`, `wanted`, `search`, `replaying`, `Drawer`,
-`SharedDraws`, `Ended`, `DrawDiverged`.
+`SharedDraws`, `Ended`, `DrawDiverged`, `STUCK_GRACE`.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
@@ -46,10 +49,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from oracle.case import Case
+from parity import hooks
 from parity.outcome import SKIPPED, CaseOutcome
 from parity.pool import process_alive
 
 MODES = ("auto", "on", "off")
+STUCK_GRACE = 1.0  # seconds past a hook's bound before a drawer stuck in it (in C code) exits
 AUTO_MIN_EXAMPLES = 100  # fewer draws gain little (a fork and exit with torch loaded: 4-11 ms on a CI-like CPU)
 
 
@@ -262,6 +267,20 @@ class _SendFailed(BaseException):
     """The drawer could not send a case (unpicklable, or the judge is gone): its search ends there."""
 
 
+def _exits_when_stuck(lowering: Any, hook: str, args: tuple, limit: float, case: Any = None) -> Any:
+    """In the drawer, a plugin's hook (`parity.hooks.answer_with`): called here under the watchdog; one that has
+    not returned `STUCK_GRACE` seconds past its bound (a loop in C code, which no signal handler stops) ends the
+    drawer (faulthandler's timer runs in a thread of its own): the judge reads `Ended` and runs the search
+    itself, asking the hook in its worker, which is killed past the bound."""
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit + STUCK_GRACE, exit=True)
+    try:
+        return hooks.call_here(lowering, hook, args, limit, case)
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()
+
+
 def _drawer_main(draw: Callable[[Callable[..., CaseOutcome]], None], fd: int) -> None:
     """The drawer process: its pid, `draw(send)`, then "end", or "error" with what ended it; `os._exit` always
     (no atexit handler, no flush of the buffers it inherited)."""
@@ -273,6 +292,7 @@ def _drawer_main(draw: Callable[[Callable[..., CaseOutcome]], None], fd: int) ->
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        hooks.answer_with(_exits_when_stuck)  # a plugin's hooks: here, not in the judge's worker
 
         def write(kind: str, value: Any) -> None:
             data = _frame(kind, value)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 
 from lowerings import counters
-from lowerings.protocol import Lowering, LoweringResult, optional_hook
+from lowerings.protocol import Lowering, LoweringResult
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import GuardedBuffer, Inputs, poison_bits
-from parity import footprint, memory
+from parity import answers, footprint, hooks, memory
 from parity import result_bits as rb
 from parity.invocation import LoweringError, RunOptions, call_lowering, fresh_inputs, prepare_inputs
 from parity.judge import compare
@@ -216,9 +216,10 @@ def cuda_kernel_names(prof) -> list[str]:
 def kernel_name_failures(lowering: Lowering, case: Case, seen: list[str]) -> list[str]:
     """`seen` (device activity names, in order) against the lowering's `kernel_families(case)` and
     `forbidden_kernel_families(case)`."""
-    forbidden_fn = optional_hook(lowering, "forbidden_kernel_families")
-    forbidden = forbidden_fn(case) if forbidden_fn is not None else {}
-    return counters.kernel_name_failures(seen, lowering.kernel_families(case), forbidden)
+    forbidden = hooks.call_optional(lowering, "forbidden_kernel_families", case, case=case, default={},
+                                    expect=answers.kernel_families_answer)
+    families = hooks.call(lowering, "kernel_families", case, case=case, expect=answers.kernel_families_answer)
+    return counters.kernel_name_failures(seen, families, forbidden)
 
 
 class KernelNames:

@@ -3,20 +3,27 @@ bounded and contained: a hook that raises, exits or loops is a failure of that l
 
 Where each hook runs, and what bounds it (`check`, isolated: the default):
 
-- the plugin import: first in a throwaway worker process (`parity.isolation.probe_plugins`: a crash, a
+- the plugin import: first in a throwaway worker process (`parity.plugin_probe.probe_plugins`: a crash, a
   hang or an exit at import is `--plugin FILE: ...`, exit 2, before anything else runs), then in this
   process (`load_plugin`: bounded by the hook timeout, `SystemExit` refused the same way);
 - `available(device)`: in the case worker (`IsolatedExecutor.available`), where a crash or a hang kills
   only the worker;
-- `supports(case)`: in this process, under a watchdog (`call`), because hypothesis asks it while it draws
-  (`strategies._cases._repair` tries repair candidates, many calls per case) and once more before each
-  case is sent: a worker round trip per call would cost more than the cases. The watchdog is a
-  `SIGALRM` timer (`signal.setitimer`) armed for the call (measured: 18 us per guarded call on the
-  2-core CI machine, against milliseconds per case); its handler raises in the hook, so an endless
-  Python loop or a sleep is stopped and the hook fails after `timeout()` seconds. `case_limits` and
-  `compile_family` are asked here the same way;
-- `expected_calls(case)`: inside `run_case`, in the case worker, under the same watchdog (and the case
-  timeout, and the worker's crash isolation behind it).
+- `supports(case)`, `case_limits`, `dispatch_boundaries`, `compile_family` (and `jit_modules` for the
+  warm-up), which `check` asks in its own process (hypothesis asks `supports` while it draws: the repair
+  of a refused draw, `strategies._cases._repair`, tries many candidates): a built-in's here, under a
+  watchdog (`call_here`): a `SIGALRM` timer (`signal.setitimer`) armed for the call (18 us per guarded
+  call on the 2-core CI machine, against milliseconds per case), whose handler raises in the hook, so an
+  endless Python loop or a sleep is stopped after `timeout()` seconds. A plugin's in its isolated worker
+  instead (`answered_by`, `IsolatedExecutor.hook`: a round trip, 0.1 ms on the same machine): this process
+  waits `timeout()` seconds for the answer and then kills the worker, so that a hook spinning in C code
+  (which holds the interpreter: no signal handler of its process runs) is stopped too, and SIGTERM still
+  stops the run meanwhile. In the forked draw-ahead drawer, a plugin's hook runs there with its own bound
+  (`parity.draw_ahead`);
+- `expected_calls(case)`, `kernel_families(case)`: inside `run_case`, in the case worker, under the same
+  watchdog (and the case timeout, and the worker's crash isolation behind it).
+
+An answer of the wrong type (`supports()` returning True, `expected_calls()` None, ...) fails the lowering
+the same way: `call(..., expect=checker)` with a checker of `parity.answers`.
 
 A hook that raises (any exception, `SystemExit` included), or does not answer in time, raises
 `HookFailure`: a `BaseException`, so that hypothesis does not catch it to shrink (a hook's failure is a
@@ -29,11 +36,13 @@ next one starts (`parity.report.write_progress`), and under `--jobs` each loweri
 
 Limits: the watchdog needs the main thread (elsewhere the hooks run unbounded, exceptions still
 contained) and Python code or an interruptible call to stop (a loop in C code holding the GIL is not
-interrupted; in the worker, the case timeout still ends it).
+interrupted: a built-in's hook, or any hook under `--no-isolate`, runs on; in the worker, the case timeout
+still ends it).
 
-Public: `HookFailure`, `call(lowering, hook, *args, case=None)`, `call_optional(lowering, hook, *args, default=None)`, `timeout()`, `set_timeout(seconds)`,
-`timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`, `describe_exception(err, owner)`,
-`deadline(seconds)`, `HookTimeout`.
+Public: `HookFailure`, `call(lowering, hook, *args, case=None, expect=None)`, `call_optional(lowering, hook,
+*args, default=None)`, `call_here`, `answered_by`, `answer_with`, `Answer`, `shown`, `timeout()`,
+`set_timeout(seconds)`, `timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`,
+`describe_exception(err, owner)`, `deadline(seconds)`, `HookTimeout`.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from oracle.errors import InvalidInput
 from parity import ranges
@@ -205,11 +214,73 @@ def describe_exception(err: BaseException, owner: Any) -> str:
     return f"{what} ({where})" if where else what
 
 
-def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None) -> Any:
-    """`lowering.<hook>(*args)`, bounded by `seconds` (default `timeout()`); an exception, an exit or the
-    deadline raise `HookFailure` naming the lowering, the hook and the case."""
-    fn = getattr(lowering, hook)
+Answer = Callable[[Any, str, tuple, float, Any], Any]
+"""Who answers a hook call instead of this process: `answer(lowering, hook, args, limit, case)` returns what
+`lowering.<hook>(*args)` returned, or raises `HookFailure` (it raised, exited, or did not answer within `limit`
+seconds)."""
+
+_elsewhere: tuple[int, frozenset[str], Answer] | None = None  # (the process it is for, the lowerings, the answer)
+
+
+@contextlib.contextmanager
+def answered_by(answer: Answer | None, lowerings: Iterable[str]) -> Iterator[None]:
+    """Hooks of the lowerings named `lowerings` called in the block, in this process, are answered by `answer`
+    (`check`, isolated: a plugin's hooks go to its isolated worker, a process that can be killed when a hook
+    spins in C code, `parity.isolation.IsolatedExecutor.hook`). A process forked in the block (the draw-ahead
+    drawer) calls them itself unless it sets its own (`answer_with`). None: nothing changes."""
+    global _elsewhere
+    saved = _elsewhere
+    if answer is not None:
+        _elsewhere = (os.getpid(), frozenset(lowerings), answer)
+    try:
+        yield
+    finally:
+        _elsewhere = saved
+
+
+def answer_with(answer: Answer, lowerings: Iterable[str] | None = None) -> None:
+    """From now on in this process, hooks of `lowerings` (None: those `answered_by` named here or in the
+    process this one was forked from) are answered by `answer` (a forked drawer's own bound, `parity.draw_ahead`)."""
+    global _elsewhere
+    names = frozenset(lowerings) if lowerings is not None else (_elsewhere[1] if _elsewhere else frozenset())
+    _elsewhere = (os.getpid(), names, answer)
+
+
+def _answer_for(name: str) -> Answer | None:
+    if _elsewhere is not None and name in _elsewhere[1] and _elsewhere[0] == os.getpid():
+        return _elsewhere[2]
+    return None
+
+
+def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None,
+         expect: Callable[[Any], str | None] | None = None) -> Any:
+    """`lowering.<hook>(*args)`, bounded by `seconds` (default `timeout()`): here under the watchdog
+    (`call_here`), or by whoever `answered_by` names for the lowering. An exception, an exit or the deadline
+    raise `HookFailure` naming the lowering, the hook and the case; so does an answer `expect` (one of the
+    `parity.answers` checkers) finds wrong: "`hook() returned X, expected Y`"."""
     limit = timeout() if seconds is None else seconds
+    name = getattr(lowering, "name", repr(lowering))
+    value = (_answer_for(name) or call_here)(lowering, hook, args, limit, case)
+    if expect is not None:
+        wanted = expect(value)
+        if wanted is not None:
+            raise HookFailure(name, hook, f"{hook}() returned {shown(value)}, expected {wanted}", case)
+    return value
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` cut to 200 characters (a hook's answer in one line of a report)."""
+    try:
+        text = repr(value)
+    except Exception as err:  # noqa: BLE001  (a plugin's __repr__)
+        text = f"<{type(value).__name__}: repr raised {type(err).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def call_here(lowering: Any, hook: str, args: tuple, limit: float, case: Any = None) -> Any:
+    """`lowering.<hook>(*args)` in this process under the watchdog (`deadline(limit)`; 0: unbounded): any
+    exception, an exit or the deadline raise `HookFailure`."""
+    fn = getattr(lowering, hook)
     name = getattr(lowering, "name", repr(lowering))
     try:
         with deadline(limit):
@@ -223,14 +294,15 @@ def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float 
         raise HookFailure(name, hook, f"{hook}() raised {describe_exception(err, lowering)}", case) from None
 
 
-def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None) -> Any:
+def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None,
+                  expect: Callable[[Any], str | None] | None = None) -> Any:
     """`call(lowering, hook, *args)` for an optional hook (`lowerings.protocol.OptionalHooks`), or `default`
     when the lowering does not define it."""
     from lowerings.protocol import optional_hook
 
     if optional_hook(lowering, hook) is None:
         return default
-    return call(lowering, hook, *args, case=case)
+    return call(lowering, hook, *args, case=case, expect=expect)
 
 
 def load_plugin(path: str, seconds: float | None = None) -> list[str]:

@@ -5,8 +5,9 @@
   declares `writes_given_output`; `fresh_inputs`: the same from a pristine copy when one is kept.
 - `call_lowering`: `lowering.run(inputs)` inside a `KernelCounter` (counted calls, observed flashinfer
   calls, compilations recorded on the outcome); anything the lowering raises, an exit included, and a
-  result of the wrong type or dtype, or whose LSE (or a partial's) contradicts its declared `lse_base`
-  (`result_problem`), become a `LoweringError`: a failure of that lowering, never of the run.
+  result the judge cannot read (`parity.answers.result_problem`: the wrong type, a tensor on the wrong
+  device, of the wrong shape or dtype, no LSE, a malformed partial) become a `LoweringError`: a failure of
+  that lowering, never of the run.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lowerings import counters
-from lowerings.protocol import NO_LSE, Lowering, LoweringResult, lse_base_problem, lse_name, writes_given_output
+from lowerings.protocol import Lowering, LoweringResult, writes_given_output
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize
 from parity import hooks, memory
+from parity.answers import result_problem
 
 if TYPE_CHECKING:
     from parity.outcome import CaseOutcome
@@ -87,10 +89,9 @@ def fresh_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str |
 
 def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
     """`lowering.run(inputs)`, its counted calls, observed flashinfer calls and compilations recorded on
-    `outcome`; `LoweringError` when it raises (an exit included) or returns anything but a
-    `LoweringResult` in the case's dtype with the LSE it declares (`result_problem`);
-    `parity.memory.OutOfDeviceMemory` when it runs out of device memory (`parity.case_run.run_case` judges the
-    case again, alone)."""
+    `outcome`; `LoweringError` when it raises (an exit included) or returns a result the judge cannot read
+    (`parity.answers.result_problem`); `parity.memory.OutOfDeviceMemory` when it runs out of
+    device memory (`parity.case_run.run_case` judges the case again, alone)."""
     from lowerings import flashinfer_observer
 
     flashinfer_observer.install_import_hook()
@@ -112,31 +113,8 @@ def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> L
     outcome.calls = dict(kc.calls)
     outcome.observed = dict(kc.observed)
     outcome.compiles = dict(kc.compiles)
-    if not isinstance(result, LoweringResult):
-        raise LoweringError(f"{lowering.name}.run returned {type(result).__name__}, expected LoweringResult")
-    if result.out.dtype != inputs.q.dtype:
-        raise LoweringError(f"{lowering.name}: output dtype {result.out.dtype}, expected the case's {inputs.q.dtype}")
-    problem = result_problem(lowering, result)
+    problem = result_problem(lowering, inputs, result)  # the wrong type, device, shape or dtype: its failure
     if problem:
-        raise LoweringError(f"{lowering.name}: {problem}")
+        raise LoweringError(problem)
     return result
 
-
-def result_problem(lowering: Lowering, result: LoweringResult) -> str | None:
-    """Why `result`'s LSE, or a partial's, contradicts what was declared (None when none does): an LSE base
-    declared and no LSE returned (it would go unchecked), or `NO_LSE` declared and an LSE returned (it would
-    be ignored unchecked); a partial's `lse_base` that is no base."""
-    parts = [("", lowering.lse_base, result.lse)]
-    for name, p in result.partials.items():
-        bad = lse_base_problem(p.lse_base, f"partial {name!r}: lse_base")
-        if bad:
-            return bad
-        parts.append((f"partial {name!r}: ", p.lse_base, p.lse))
-    for what, base, lse in parts:
-        if lse is None and base is not NO_LSE:
-            return (f"{what}declared lse_base {lse_name(base)} but returned no LSE (lse=None): the LSE would go "
-                    f"unchecked; a kernel that computes no LSE declares lse_base = None (lowerings.NO_LSE)")
-        if lse is not None and base is NO_LSE:
-            return (f"{what}declared lse_base None (no LSE) but returned an LSE: it would go unchecked; declare "
-                    f"its base (math.e or 2.0) so that it is judged, or return lse=None")
-    return None

@@ -14,12 +14,17 @@ Before each case is sent, it is written atomically to `<inflight_dir>/<lowering>
 disk even if everything dies (the machine, the parent, the OOM killer); the file is removed when the
 worker answers and kept when the worker died on it (`dflash-parity check` replays it first next time).
 
-The worker also answers a lowering's `available(device)` (`IsolatedExecutor.available`), and bounds the
-hooks it calls inside `run_case` (`supports`, `expected_calls`) by the hook timeout (`parity.hooks`): a
-hook that raises, exits or loops comes back as `HookFailure` (that lowering's failure, named), a crash
-or a hang of the whole worker while answering `available` too. `probe_plugins` imports the plugin files
-in a throwaway worker before `check` imports them itself: a plugin that crashes, hangs or exits at
-import is refused (`--plugin FILE: ...`, exit 2) before any case runs.
+The worker also answers a lowering's hooks (`IsolatedExecutor.hook`: `available(device)` for every lowering,
+and, for a plugin's lowering, every hook `check` would otherwise call in its own process, `parity.hooks.answered_by`):
+the worker calls the hook unbounded and this process waits the hook timeout for the answer, then kills the worker,
+so that a hook spinning in C code is stopped too. The hooks it calls inside `run_case` (`expected_calls`, ...) it
+bounds itself by the hook timeout (`parity.hooks`; a loop in C code there runs to the case timeout). A hook that
+raises, exits or loops comes back as `HookFailure` (that lowering's failure, named), a crash or a hang of the whole
+worker while answering one too. (`parity.plugin_probe` imports the plugin files in a throwaway worker first.)
+
+Each worker leads a process group of its own (`parity.leftovers.own_group`): whatever a lowering starts there (a
+`run()` that forks, a `sleep`) is killed with the worker when it is stopped or replaced, and does not outlive the
+check holding its output open.
 
 Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
 (`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
@@ -33,6 +38,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import sys
 import time
@@ -42,10 +48,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from oracle.case import Case
-from oracle.errors import InvalidInput
 from parity import hooks
+from parity.answers import availability
 from parity.hooks import HookFailure
 from parity.invocation import RunOptions
+from parity.leftovers import own_group, stop_group
 from parity.outcome import CaseOutcome
 from parity.yardstick import DEFAULT as DEFAULT_YARDSTICK, get as get_yardstick
 
@@ -58,7 +65,7 @@ class WorkerError(RuntimeError):
     """The worker could not start, or the framework itself (not the lowering) raised in it."""
 
 
-def _context() -> mp.context.BaseContext:
+def worker_context() -> mp.context.BaseContext:
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
@@ -152,7 +159,7 @@ class IsolatedExecutor:
         if opts.device == "cuda" and torch.cuda.is_available():
             cuda_device = torch.cuda.current_device()
         self.cuda_device = cuda_device
-        self._ctx = _context()
+        self._ctx = worker_context()
         self._proc = None
         self._conn = None
         self.workers_started = 0
@@ -167,7 +174,7 @@ class IsolatedExecutor:
                 "sys_path": [p for p in sys.path if p], "hook_timeout": self.hook_timeout}
 
     def _start(self) -> None:
-        proc, parent_conn = _start_process(self._ctx, _worker_main, self._init_message(), "dflash-parity-worker")
+        proc, parent_conn = start_process(self._ctx, _worker_main, self._init_message(), "dflash-parity-worker")
         self._proc, self._conn = proc, parent_conn
         self.workers_started += 1
         if not parent_conn.poll(self.startup_timeout):
@@ -197,11 +204,14 @@ class IsolatedExecutor:
             code = None
         else:
             code = proc.exitcode
+        stop_group(proc.pid)  # its process group (`parity.leftovers.own_group`): what its lowering left running
         self._drop()
         return code
 
     def _kill(self) -> None:
+        """Kill the worker with everything in its process group, and reap it."""
         if self._proc is not None and self._proc.is_alive():
+            stop_group(self._proc.pid)
             self._proc.kill()
         self._reap()
 
@@ -227,7 +237,7 @@ class IsolatedExecutor:
         self._proc, self._conn = None, None
 
     def close(self) -> None:
-        """Stop the worker (politely, then by force)."""
+        """Stop the worker (politely, then by force), and whatever its lowerings left in its process group."""
         if self._conn is not None and self._alive():
             try:
                 self._conn.send(None)
@@ -275,38 +285,41 @@ class IsolatedExecutor:
         except WorkerError as err:
             raise HookFailure(lowering_name, "worker", f"the isolated worker could not start: {err}") from None
 
-    # ---- available(device) ------------------------------------------------------------------------------
-    def available(self, lowering_name: str, device: str) -> tuple[bool, str]:
-        """The lowering's `available(device)`, asked in the worker: a crash or a hang there (past the hook
-        timeout, plus a few seconds for the answer) raises HookFailure; the worker is replaced."""
-        self._ensure_started(lowering_name)
-        wait = self.hook_timeout + 5.0
+    # ---- a lowering's hooks ------------------------------------------------------------------------------
+    def hook(self, lowering: Any, hook: str, args: tuple, limit: float, case: Any = None) -> Any:
+        """`lowering.<hook>(*args)` asked in the worker (a `parity.hooks.Answer`: `check`, isolated, asks a
+        plugin's hooks here). The worker calls it unbounded; this process waits `limit` seconds for the answer,
+        then kills the worker and its process group: a hook spinning in C code, which no signal handler of its
+        own process can stop, is stopped all the same, and that is `HookFailure` (the lowering's failure), as
+        are an exception in the hook, an exit, or a crash of the worker. A KeyboardInterrupt (SIGINT, SIGTERM)
+        while waiting kills the worker and goes on."""
+        name = lowering if isinstance(lowering, str) else lowering.name
+        self._ensure_started(name)
         try:
-            self._conn.send({"available": device, "lowering": lowering_name})
-            answered = self._conn.poll(wait)
+            self._conn.send({"hook": hook, "lowering": name, "args": list(args)})
+            answered = self._conn.poll(limit)
+            msg = self._conn.recv() if answered else None
         except KeyboardInterrupt:
             self._kill()
             raise
-        except OSError:
-            answered = True
-        if not answered:
-            self._kill()
-            raise HookFailure(lowering_name, "available", f"available() did not answer within {wait:g} s "
-                                                          f"(worker killed; an endless loop?)")
-        try:
-            msg = self._conn.recv()
         except (EOFError, OSError):
-            code = self._reap()
-            raise HookFailure(lowering_name, "available", f"available() crashed the isolated worker: "
-                                                          f"{describe_exit(code)}") from None
+            raise HookFailure(name, hook, f"{hook}() crashed the isolated worker: {describe_exit(self._reap())}",
+                              case) from None
+        if msg is None:
+            self._kill()
+            raise HookFailure(name, hook, f"{hook}() did not answer within {limit:g} s (stopped: its isolated worker "
+                                          f"was killed; an endless loop, in Python or in C code? --hook-timeout sets "
+                                          f"the bound)", case)
         self._cpu_now = float(msg.get("cpu_s", self._cpu_now))
         if "hook_failure" in msg:
-            raise HookFailure.from_json(msg["hook_failure"])
+            raise HookFailure(name, hook, HookFailure.from_json(msg["hook_failure"]).message, case)
         if "error" in msg:
-            raise HookFailure(lowering_name, "available", f"available() could not be asked in the isolated worker: "
-                                                          f"{msg['error']}")
-        ok, why = msg["available"]
-        return bool(ok), str(why)
+            raise HookFailure(name, hook, f"{hook}() could not be asked in the isolated worker: {msg['error']}", case)
+        return msg["value"]
+
+    def available(self, lowering_name: str, device: str) -> tuple[bool, str]:
+        """The lowering's `available(device)`, asked in the worker (`hook`), as `(ok, why)`."""
+        return availability(lowering_name, self.hook(lowering_name, "available", (device,), self.hook_timeout))
 
     # ---- one case ---------------------------------------------------------------------------------------
     def run(self, lowering_name: str, case: Case) -> CaseOutcome:
@@ -381,7 +394,7 @@ def start_fork_server() -> str | None:
     the JIT warm-up): its imports (`_PRELOAD`) then overlap what the caller does meanwhile, or are not paid again
     (a fork of this process: `parity.forked_server`). How it started ("forked", "fresh: <why>", "running"); None
     where this platform's start method has none (`spawn`)."""
-    return _ensure_server(_context())
+    return _ensure_server(worker_context())
 
 
 def _ensure_server(ctx) -> str | None:
@@ -405,7 +418,7 @@ def _bare_main():
             sys.modules["__main__"] = main
 
 
-def _start_process(ctx, target, init: dict[str, Any], name: str):
+def start_process(ctx, target, init: dict[str, Any], name: str):
     """Start `target(conn, init)` in a process of `ctx`; returns (process, this side's connection)."""
     _ensure_server(ctx)
     parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -416,74 +429,9 @@ def _start_process(ctx, target, init: dict[str, Any], name: str):
     return proc, parent_conn
 
 
-def probe_plugins(plugins: list[str], *, seconds: float | None = None,
-                  startup_timeout: float = STARTUP_TIMEOUT) -> None:
-    """Import each plugin file in a throwaway worker process, one after another, before this process
-    imports them: a plugin that crashes the process, raises, exits (`sys.exit(0)` at its top) or does not
-    finish importing within `seconds` (default: the hook timeout) raises `InvalidInput("--plugin FILE",
-    ...)`. Costs a fork of the fork server (which the isolated run starts anyway) and the imports."""
-    if not plugins:
-        return
-    limit = hooks.timeout() if seconds is None else float(seconds)
-    init = {"plugins": [str(Path(p).resolve()) for p in plugins], "seconds": limit,
-            "sys_path": [p for p in sys.path if p]}
-    proc, conn = _start_process(_context(), _probe_main, init, "dflash-parity-plugin-probe")
-
-    def stop() -> int | None:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-        code = proc.exitcode
-        conn.close()
-        return code
-
-    try:
-        try:
-            started = conn.poll(startup_timeout) and conn.recv()
-        except (EOFError, OSError):
-            raise WorkerError(f"the plugin probe process died while starting: {describe_exit(stop())}") from None
-        if not started:
-            stop()
-            raise WorkerError(f"the plugin probe process did not start within {startup_timeout:.0f} s")
-        for path in plugins:
-            where = f"--plugin {path}"
-            try:
-                answered = conn.poll(limit + 5.0)
-                msg = conn.recv() if answered else None
-            except (EOFError, OSError):
-                raise InvalidInput(where, f"crashed the process importing it: {describe_exit(stop())}") from None
-            if msg is None:
-                stop()
-                raise InvalidInput(where, f"did not finish importing within {limit:g} s (an endless loop at "
-                                          f"import? --hook-timeout sets the bound)")
-            if "ok" not in msg:
-                raise InvalidInput(where, msg.get("error") or f"the import probe answered {msg!r:.100}")
-    finally:
-        stop()
-
-
-def _probe_main(conn, init: dict[str, Any]) -> None:
-    """The probe: `{"ok": path}` or `{"error": rule}` per plugin, in order (see `probe_plugins`)."""
-    _die_with_parent()
-    for p in reversed(init.get("sys_path", [])):
-        if p not in sys.path:
-            sys.path.insert(0, p)
-    conn.send({"ready": True})
-    for path in init["plugins"]:
-        try:
-            hooks.load_plugin(path, init["seconds"])
-            conn.send({"ok": path})
-        except InvalidInput as err:
-            conn.send({"error": err.rule})
-            return
-        except BaseException as err:  # noqa: BLE001  (reported to the parent)
-            conn.send({"error": f"raised {type(err).__name__} on import: {err}"})
-            return
-
-
 # ---- the worker -------------------------------------------------------------------------------------------
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: get SIGKILL when the process that forked this one (the fork server) goes away."""
     if not sys.platform.startswith("linux"):
         return
@@ -498,7 +446,8 @@ def _die_with_parent() -> None:
 
 def _worker_main(conn, init: dict[str, Any]) -> None:
     """The worker loop: start-up from `init`, then one `{"lowering", "case"}` request at a time."""
-    _die_with_parent()
+    die_with_parent()
+    own_group()  # what a lowering starts here is stopped with the worker (`parity.leftovers`)
     for p in reversed(init.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -528,12 +477,21 @@ def _worker_main(conn, init: dict[str, Any]) -> None:
         _serve(conn, opts, pol, yard)
 
 
+def _hook_answer(lowering: Any, hook: str, args: tuple) -> dict[str, Any]:
+    """`{"value": ...}`, or `{"hook_failure": ...}` when the hook raised or exited or its answer cannot be sent."""
+    value = hooks.call_here(lowering, hook, args, 0.0)
+    try:
+        pickle.dumps(value)
+    except Exception as err:  # noqa: BLE001  (whatever a plugin's object raises when pickled)
+        raise HookFailure(lowering.name, hook, f"{hook}() returned a {type(value).__name__} that cannot be sent "
+                                               f"from the isolated worker ({type(err).__name__}: {err})") from None
+    return {"value": value}
+
+
 def _serve(conn, opts: RunOptions, pol: Any, yard: Any) -> None:
     """The worker's requests, one at a time, until the parent sends None or goes away."""
     import lowerings
     from parity.case_run import run_case
-    from parity.sweep import availability
-
     while True:
         try:
             msg = conn.recv()
@@ -543,9 +501,8 @@ def _serve(conn, opts: RunOptions, pol: Any, yard: Any) -> None:
             return
         try:
             lw = lowerings.get(msg["lowering"])
-            if "available" in msg:
-                ok, why = availability(lw.name, hooks.call(lw, "available", msg["available"]))
-                answer = {"available": [ok, why]}
+            if "hook" in msg:  # asked by the parent, which bounds it (`IsolatedExecutor.hook`): unbounded here
+                answer = _hook_answer(lw, msg["hook"], tuple(msg["args"]))
             else:
                 case = Case.from_json_dict(msg["case"], source="parent")
                 if msg.get("leave_state"):  # parity.flakiness: a history case's call, for the state it leaves
@@ -565,7 +522,7 @@ def _serve(conn, opts: RunOptions, pol: Any, yard: Any) -> None:
             answer = {"hook_failure": hf.to_json()}
         except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)
             answer = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-        lost = None if "available" in answer else context_lost(opts.device)
+        lost = None if "hook" in msg else context_lost(opts.device)
         if lost:
             answer["context_lost"] = lost
         answer["cpu_s"] = time.process_time()

@@ -149,6 +149,9 @@ def _child(req: dict[str, Any], server: int) -> None:
         traceback.print_exc()
         code = 1
     finally:
+        from parity.leftovers import stop_stray_children
+
+        stop_stray_children()  # what plugin code started here (`--no-isolate`, an import) ends with the child
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

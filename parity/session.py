@@ -114,7 +114,7 @@ class CheckSession:
             self._start_fork_server()  # from this process must hold none); a plain check's: probe_plugins, check
         with hooks.timeout_set(cfg.hook_timeout):
             if probe and cfg.plugins:
-                from parity.isolation import probe_plugins
+                from parity.plugin_probe import probe_plugins
                 probe_plugins(list(cfg.plugins))
             for path in cfg.plugins:
                 for name in hooks.load_plugin(path):
@@ -295,7 +295,10 @@ class CheckSession:
             self._start_fork_server()
         work_dir = work_dir if work_dir is not None else self.report_dir
         replay = self.saved_failures(lowering.name, shard) if replay is None else replay
-        with hooks.timeout_set(cfg.hook_timeout):
+        executor = self.executor(work_dir, isolate=isolate, case_timeout=case_timeout)  # asked a plugin's hooks too
+        own = executor if executor is not None and executor is not self._executor else None  # closed after it
+        with hooks.timeout_set(cfg.hook_timeout), hooks.answered_by(executor and executor.hook, self.plugin_of), \
+                contextlib.closing(own) if own is not None else contextlib.nullcontext():
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 marks.append(("planning", time.perf_counter()))
                 plan = check_cases(lowering, self.device, profile=cfg.profile, overrides=self.overrides, **(fixed or {}))
@@ -316,23 +319,19 @@ class CheckSession:
             except hooks.HookFailure as hf:
                 return hook_failure_report(LoweringReport(lowering.name, self.device, "pass",
                                                           lse_checked=returns_lse(lowering)), hf, time.perf_counter())
-            except KeyboardInterrupt:  # stopped while compiling: said so in the report, not lost
+            except KeyboardInterrupt:  # stopped while planning or compiling: said so in the report, not lost
                 return LoweringReport(lowering.name, self.device, "fail", interrupted=True,
                                       lse_checked=returns_lse(lowering), extra=[
-                    "interrupted before its first case, during the JIT warm-up (a partial run, not a verdict)"])
-            executor = self.executor(work_dir, isolate=isolate, case_timeout=case_timeout)
-            try:
-                rep = check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
-                                      settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
-                                      yardstick=_yardstick(), replay=replay, progress=progress,
-                                      target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
-                                      shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
-                                      draw_ahead=cfg.draw_ahead_mode(self.workers),
-                                      shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
-                return pre.charge(rep) if pre is not None else rep
-            finally:
-                if executor is not None and executor is not self._executor:
-                    executor.close()
+                    "interrupted before its first case, while planning its cases or during the JIT warm-up (a "
+                    "partial run, not a verdict)"])
+            rep = check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
+                                 settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
+                                 yardstick=_yardstick(), replay=replay, progress=progress,
+                                 target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
+                                 shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
+                                 draw_ahead=cfg.draw_ahead_mode(self.workers),
+                                 shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
+            return pre.charge(rep) if pre is not None else rep
 
     # ---- reports ------------------------------------------------------------------------------------
     def report_kw(self) -> dict[str, Any]:
@@ -572,6 +571,7 @@ def part_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from parity.leftovers import finish
     from parity.session import part_main as _main  # the module proper, not this __main__ copy
 
-    sys.exit(_main(sys.argv[1:]))
+    finish(_main(sys.argv[1:]))

@@ -18,7 +18,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 from lowerings.protocol import Lowering, device_refusal, returns_lse
 from oracle.case import Case
+from oracle.errors import InvalidInput
 from parity import draw_ahead as ahead, flakiness as fl, hooks, slips
+from parity.answers import availability, supports_answer
 from parity.case_run import compile_family, refuse_invalid, run_case
 from parity.hooks import HookFailure
 from parity.interrupt import raise_if_requested, requested
@@ -151,10 +153,10 @@ def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int
 
 
 def executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
-    """`run_case`'s signature over `executor.run` (supports() is asked here, under the hook watchdog of
-    `parity.hooks`: no round trip for it)."""
+    """`run_case`'s signature over `executor.run` (supports() is asked through `parity.hooks.call`: here under
+    its watchdog, or for a plugin's lowering in the executor's worker when `check` has it answered there)."""
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
-        why = hooks.call(lowering, "supports", case, case=case)
+        why = hooks.call(lowering, "supports", case, case=case, expect=supports_answer)
         if why:
             return CaseOutcome(lowering.name, case, "unsupported", reason=why)
         return executor.run(lowering.name, case)
@@ -179,13 +181,6 @@ def lowering_available(lowering: Lowering, device: str, executor: CaseExecutor |
     if callable(asked):
         return asked(lowering.name, device)
     return availability(lowering.name, hooks.call(lowering, "available", device))
-
-
-def availability(lowering_name: str, answer: Any) -> tuple[bool, str]:
-    """`available()`'s answer as `(ok, why)`; anything but a pair (bool, str) raises HookFailure."""
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2 and isinstance(answer[1], str)):
-        raise HookFailure(lowering_name, "available", f"available() returned {answer!r:.200}, expected (bool, str)")
-    return bool(answer[0]), answer[1]
 
 
 def hook_failure_report(report: "LoweringReport", hf: HookFailure, t0: float) -> "LoweringReport":
@@ -288,8 +283,10 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     failing outcome is raised inside hypothesis's test function, so crashes shrink like any failure.
     `shard=(i, n)` runs every n-th drawn case from the i-th, or for a lowering that compiles the cases of
     every n-th compile family from the i-th (`sharded_run_case`; 0 <= i < n).
-    A hook of the lowering (`available`, `supports`, ...) that raises, exits or hangs fails the lowering at
-    once, naming the hook, the time and the case (`parity.hooks`; not shrunk); the caller goes on.
+    A hook of the lowering (`available`, `supports`, ...) that raises, exits, hangs or answers the wrong type
+    fails the lowering at once, naming the hook, the time and the case (`parity.hooks`; not shrunk); so does
+    any other exception but bad input (`InvalidInput`), named as one the framework did not foresee; the caller
+    goes on.
     Each failure is then re-run `flaky_runs` (R) times and classified (`parity.flakiness`: "failed k of R
     runs", nondeterministic, state-dependent); a failure that passed on hypothesis's replay is shrunk in a
     second search where a case fails if it fails in one of R runs; `sanitizer(lowering_name, case, history)`
@@ -322,6 +319,14 @@ def check_lowering(lowering: Lowering, policy: Policy, *, strategy, settings, op
     except ahead.DrawDiverged as err:  # never seen: the draws read more than the seed
         report.status = "fail"
         report.extra.append(f"the search stopped: {err}")
+        report.seconds = time.perf_counter() - t0
+        return report
+    except InvalidInput:  # bad input (a saved case whose oracle is not finite, ...): the run's, exit 2
+        raise
+    except Exception as err:  # noqa: BLE001  (what no check foresaw: this lowering's failure, the run goes on)
+        report.status = "fail"
+        report.extra.append(f"the check of this lowering stopped on an error the framework did not foresee, after "
+                            f"{report.cases} case(s): {hooks.describe_exception(err, lowering)}"[:600])
         report.seconds = time.perf_counter() - t0
         return report
     except KeyboardInterrupt:  # between the phases (setting up hypothesis's search): what ran is kept all the same

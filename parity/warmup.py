@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from oracle.case import Case, pages_needed, window_for
-from parity import hooks
+from parity import answers, hooks
 
 # (layer kind, window width) tried in order for window off, then for window on.
 WINDOW_OFF_KINDS = (("noncausal", None), ("causal", None))
@@ -168,18 +168,16 @@ def _candidates(lowering: Any, variant: Variant) -> list[Case]:
                 case = tiny_case(variant, kind, width, batch)
             except Exception:  # a dtype this torch lacks, ...: nothing to warm for it
                 continue
-            if hooks.call(lowering, "supports", case, case=case) is None:  # bounded (parity.hooks)
+            if hooks.call(lowering, "supports", case, case=case, expect=answers.supports_answer) is None:  # bounded
                 out.append(case)
                 break
     return out
 
 
 def _keys(lowering: Any, case: Case, variant: Variant) -> tuple[str, ...]:
-    from lowerings.protocol import optional_hook
-
-    fn = optional_hook(lowering, "jit_modules")
-    if fn is not None:
-        return tuple(str(k) for k in fn(case))
+    keys = hooks.call_optional(lowering, "jit_modules", case, case=case, expect=answers.jit_modules_answer)
+    if keys is not None:
+        return tuple(keys)
     return (f"{getattr(lowering, 'name', lowering)} {variant.describe()}",)
 
 

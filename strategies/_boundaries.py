@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from oracle.case import Case
-from oracle.errors import InvalidInput
 from strategies import _extremes
 from strategies._cases import BLOCK_SIZES, GROUPS, build_case, declared_splits, is_supported, repair
 from strategies._extremes import PAGE, POWER_EXPONENTS
@@ -47,26 +46,26 @@ TIGHT = ("noncausal_swa", 1)  # each query sees its own position only: a positio
 
 def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
-    `t + 1`), validated; `{}` when it declares none. A malformed declaration is an `InvalidInput` naming
-    the lowering and what is expected."""
+    `t + 1`), validated; `{}` when it declares none. A malformed declaration is that lowering's failure
+    (`HookFailure`, "dispatch_boundaries() returned X, expected Y"), as a hook that raises is."""
     from parity import hooks
 
-    got = hooks.call_optional(lowering, "dispatch_boundaries", default={})  # under the hook watchdog
-    if got == {}:
-        return {}
-    where = f"lowering {getattr(lowering, 'name', lowering)!r}: dispatch_boundaries()"
+    got = hooks.call_optional(lowering, "dispatch_boundaries", default={}, expect=_boundaries_answer)
+    return {field: tuple(v) if isinstance(v, (tuple, list)) else (v,) for field, v in got.items()}
+
+
+def _boundaries_answer(got: Any) -> str | None:
+    """What is wrong with a `dispatch_boundaries()` answer (None: nothing)."""
     if not isinstance(got, dict):
-        raise InvalidInput(where, f"a dict {{field: (int, ...)}} with fields in {DISPATCH_FIELDS}, got {got!r}")
-    out: dict[str, tuple[int, ...]] = {}
+        return f"a dict {{field: (int, ...)}} with fields in {DISPATCH_FIELDS}"
     for field, values in got.items():
         if field not in DISPATCH_FIELDS:
-            raise InvalidInput(where, f"fields are {', '.join(DISPATCH_FIELDS)}; got {field!r}")
+            return f"fields in {', '.join(DISPATCH_FIELDS)}, not {field!r}"
         vals = tuple(values) if isinstance(values, (tuple, list)) else (values,)
         least = 1 if field != "context_len" else 0
         if not vals or any(not isinstance(v, int) or isinstance(v, bool) or v < least for v in vals):
-            raise InvalidInput(where, f"{field}: one or more integers >= {least}, got {values!r}")
-        out[field] = vals
-    return out
+            return f"for {field}: one or more integers >= {least}, got {values!r:.100}"
+    return None
 
 
 def _offset(d: int) -> str:

@@ -31,12 +31,19 @@ class CheckCases:
     boundaries: tuple[Boundary, ...]
 
 
+def _limits_answer(value: Any) -> str | None:
+    """`case_limits(device)`: None (the device's defaults) or a `strategies.Limits`."""
+    return None if value is None or isinstance(value, Limits) else "None or a strategies.Limits"
+
+
 def limits_for(lowering: Any, device: str, *, profile: str | None = None,
                overrides: dict[str, Any] | None = None) -> Limits:
     """`lowering.case_limits(device)` (or `Limits()`; asked under the hook watchdog, `parity.hooks.call`: a
-    hook that raises or hangs raises HookFailure), `overrides` (`--limit`) applied, then the production
-    fields still None set from `profile`'s defaults and the device's (see the module docstring)."""
-    lim = (hooks.call_optional(lowering, "case_limits", device) if lowering is not None else None) or Limits()
+    hook that raises or hangs, or answers anything but None or a `Limits`, raises HookFailure), `overrides`
+    (`--limit`) applied, then the production fields still None set from `profile`'s defaults and the device's
+    (see the module docstring)."""
+    lim = hooks.call_optional(lowering, "case_limits", device, expect=_limits_answer) if lowering is not None else None
+    lim = lim or Limits()
     lim = with_overrides(lim, overrides or {}) or lim
     return resolve(lim, device, PROFILES.get(profile) if profile else None)
 

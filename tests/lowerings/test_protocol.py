@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import lowerings
 from lowerings import flashinfer
 from lowerings.protocol import (OPTIONAL_ATTRIBUTES, OPTIONAL_METHODS, OptionalHooks, device_refusal,
-                                optional_attribute, optional_hook)
+                                optional_attribute, optional_hook, protocol_violations)
 from lowerings.torch_emulation import Context, DecodeRows, Sdpa
 from oracle import rules
 from parity import policy
@@ -56,6 +56,23 @@ def test_optional_hooks_are_read_by_name_and_a_typo_is_refused():
         optional_hook(ctx, "kernel_family")
     with pytest.raises(KeyError, match="graphsafe"):
         optional_attribute(ctx, "graphsafe")
+
+
+@pytest.mark.parametrize("attr,value,problem", [
+    ("deterministic", 1, "'deterministic' must be True or False, got 1"),
+    ("supports_by_shape", "yes", "'supports_by_shape' must be True or False, got 'yes'"),
+    ("graph_safe", None, "'graph_safe' must be True or False, got None"),
+    ("writes_given_output", 0, "'writes_given_output' must be True or False, got 0"),
+    ("max_compiles", "3", "'max_compiles' must be None or an integer >= 0, got '3'"),
+    ("max_compiles", -1, "'max_compiles' must be None or an integer >= 0, got -1"),
+    ("threshold", True, "'threshold' must be None or an integer >= 0, got True"),
+])
+def test_a_declared_attribute_of_the_wrong_type_is_refused_at_registration(attr, value, problem):
+    """Read loosely, `supports_by_shape = "yes"` was True and `max_compiles = "3"` a TypeError in the judge."""
+    lw = Sdpa()
+    setattr(lw, attr, value)
+    assert protocol_violations(lw) == [problem]
+    assert protocol_violations(Sdpa()) == [] and protocol_violations(DecodeRows()) == []
 
 
 def test_the_protocol_declares_every_optional_hook_it_lists():

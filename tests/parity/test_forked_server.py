@@ -96,7 +96,7 @@ def test_a_worker_starts_with_a_fresh_interpreters_signal_handlers(tmp_path):
         signal.signal(signal.SIGINT, lambda *a: None)
         signal.signal(signal.SIGTERM, lambda *a: None)
         isolation.start_fork_server()
-        proc, conn = isolation._start_process(isolation._context(), handlers_probe.report, {{}}, "probe")
+        proc, conn = isolation.start_process(isolation.worker_context(), handlers_probe.report, {{}}, "probe")
         print("HANDLERS", conn.recv(), forked_server.how)
         proc.join(30)
     """)

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, find, given, settings
 
 import lowerings
 from lowerings.flashinfer import CUDA_CORE_DECODE_GROUPS
-from oracle.errors import InvalidInput
 from parity.footprint import GIB, pool_elements, run_bytes
+from parity.hooks import HookFailure
 from strategies import (MODELS, Limits, boundary_cases, cases, check_cases, declared_boundaries, limit_overrides,
                         limits_for)
 from strategies._boundaries import _base
@@ -211,9 +211,12 @@ def test_a_bad_dispatch_declaration_is_named():
         def dispatch_boundaries(self):
             return {"batch_size": (0,)}
 
-    with pytest.raises(InvalidInput, match="lowering 'plain': dispatch_boundaries\\(\\).*batch_size, context_len, keys"):
+    # the lowering's failure (HookFailure: exit 1, the run goes on), not bad input
+    with pytest.raises(HookFailure, match="dispatch_boundaries\\(\\) returned .*expected fields in batch_size, "
+                                          "context_len, keys, not 'heads'") as err:
         declared_boundaries(Bad())
-    with pytest.raises(InvalidInput, match="batch_size: one or more integers >= 1, got \\(0,\\)"):
+    assert err.value.lowering == "plain" and err.value.hook == "dispatch_boundaries"
+    with pytest.raises(HookFailure, match="expected for batch_size: one or more integers >= 1, got \\(0,\\)"):
         declared_boundaries(BadValue())
 
 
