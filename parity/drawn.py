@@ -182,7 +182,7 @@ def extremes_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
         cells = [f"{e.get('fp8_stored_max', 0):g}", f"{e.get('fp8_subnormal_cases', 0)}",
                  f"{e.get('rows_per_kv_head_max', 0)} ({e.get('rows_per_kv_head_max_cases', 0)})", heavy,
                  f"{e.get('heaviest_last_context_key_longest', 0) or '-'}", _edges(e)]
-        out.append(f"| {md_code(name)} | " + " | ".join(md_text(c, table=True) for c in cells) + " |")
+        out.append(f"| {md_code(name, table=True)} | " + " | ".join(md_text(c, table=True) for c in cells) + " |")
     return out
 
 

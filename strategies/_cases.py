@@ -407,5 +407,14 @@ def cases(lowering: Any = None, *, limits: Limits | None = None, **fixed: Any) -
     def refit(q: dict[str, Any]) -> dict[str, Any]:  # a repair may grow a case (fp8 to bf16): fit it again
         return fit_budget(q, lim)
 
-    return (_case_params(lim, fixed).map(lambda p: place_peak(repair(p, lowering, refit), p, lowering))
-            .filter(lambda c: c is not None))
+    return _case_params(lim, fixed).map(lambda p: _placed(p, lowering, refit)).filter(lambda c: c is not None)
+
+
+def _placed(p: dict[str, Any], lowering: Any, refit: Any) -> Case | None:
+    """The repaired case of `p` with its heavy keys placed (`place_peak`), when `lowering` supports that very case:
+    its `supports()` is asked of what runs, never only of the case before the placing."""
+    case = repair(p, lowering, refit)
+    placed = place_peak(case, p, lowering)
+    if placed is not case and lowering is not None and not is_supported(lowering, placed):
+        return None
+    return placed

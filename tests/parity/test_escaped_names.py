@@ -155,8 +155,9 @@ def test_plugin_text_forges_no_heading_or_row_in_summary_md(forged):
     heads, rows = _structure((forged / "summary.md").read_text())
     assert heads[0] == "# dflash-parity: FAIL" and heads[1] == "## Drawn cases" and len(heads) == 3, heads
     assert heads[2].startswith("## ``raises|") and heads[2].endswith("`` failed")
-    assert len(rows) == 2 + 3 + 2 + 2, rows  # the table (3 lowerings), the drawn-cases table (2 that ran)
-    assert [_cells(r) for r in rows] == [10] * 5 + [12] * 4, rows  # no row gained or lost a cell
+    assert len(rows) == 2 + 3 + 2 + 2 + 2 + 2, rows  # the table (3 lowerings), the drawn-cases and extremes tables
+    # (2 that ran each)
+    assert [_cells(r) for r in rows] == [10] * 5 + [12] * 4 + [7] * 4, rows  # no row gained or lost a cell
 
 
 def test_plugin_text_forges_no_heading_or_row_in_gate_md(forged):

@@ -76,7 +76,8 @@ def test_stale_workspace_is_nondeterministic_state_dependent_and_shrunk(policy, 
     assert saved["runs"] == c.runs_line and saved["runs"].startswith("failed ") and " of 4 runs" in saved["runs"]
     assert saved["classification"]["history"] and saved["classification"]["depends_on_history"]
     # replayed with its history, the saved failure fails again
-    code = cli.main(["repro", str(tmp_path / "failures" / "hardening_stale_running_max-1.json"), "--plugin",
+    saved_file = next((tmp_path / "failures").glob("hardening_stale_running_max*-1.json"))  # (a hashed name: ':')
+    code = cli.main(["repro", str(saved_file), "--plugin",
                      str(PLUGIN), "--device", "cpu"])
     out = capsys.readouterr().out
     assert code == 1 and "case(s) that ran before it (the failure depends on the state a previous call leaves)" in out

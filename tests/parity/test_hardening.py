@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import lowerings
+from parity import yardstick
 from oracle.case import Case
 from oracle.inputs import GUARD, attach_output_buffers, materialize, poison_bits
 from parity import cli
@@ -170,7 +171,7 @@ def executor(tmp_path):
 def test_isolated_outcome_matches_in_process(executor, policy):
     case = _case()
     for lw in (lowerings.get("decode_rows"), H.MutatesQ()):
-        here = run_case(lw, case, policy, RunOptions(device="cpu"), lowerings.get("sdpa"))
+        here = run_case(lw, case, policy, RunOptions(device="cpu"), yardstick.get(yardstick.DEFAULT))
         there = executor.run(lw.name, case)
         assert (there.status, there.failures, there.calls, there.expected_calls) == \
                (here.status, here.failures, here.calls, here.expected_calls)
