@@ -32,10 +32,11 @@ def main(out: str) -> None:
         fn = triton_kernel()
     params = list(inspect.signature(fn.fn).parameters)
     ptr = {"Q": "*bf16", "KP": "*fp8e4nv", "VP": "*fp8e4nv", "KB": "*bf16", "VB": "*bf16", "PT": "*i32", "LENS": "*i32",
-           "ACC": "*fp32", "M": "*fp32", "LS": "*fp32"}
+           "ACC": "*fp32", "M": "*fp32", "LS": "*fp32", "SC": "*fp64"}
     const = dict(D=128, D_PAD=128, BLOCK_R=16, BLOCK_N=64, K_PAD=16, V_SPLIT=False, UPCAST=False)
-    if "KV_ROUNDED" in params:
-        const["KV_ROUNDED"] = False
+    for flag in ("KV_ROUNDED", "ROUND_P", "F64"):  # the variants a tree's kernel has, off
+        if flag in params:
+            const[flag] = False
     sig = {p: ptr.get(p, "constexpr" if p in const else "fp32" if p.endswith("scale") else "i32") for p in params}
     kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 64),
                             options={"num_warps": 4, "num_stages": 2})
