@@ -14,11 +14,11 @@ ensure_interpreter_on_cpu()
 try:  # installed: the entry point already registered the plugin
     import importlib.metadata as _md
 
-    _installed = any(ep.value == "parity.pytest_plugin" for ep in _md.entry_points(group="pytest11"))
+    _installed = any(ep.value == "parity.front.pytest_plugin" for ep in _md.entry_points(group="pytest11"))
 except Exception:  # pragma: no cover
     _installed = False
 if not _installed:
-    pytest_plugins = ["parity.pytest_plugin"]
+    pytest_plugins = ["parity.front.pytest_plugin"]
 
 
 def pytest_configure(config):

@@ -14,7 +14,7 @@ for seed in 0 1 2 3 4 5 6 7 8 9; do
 done | xargs -P "$JOBS" -L 1 bash -c '
   seed=$0 scope=$1 dir='"$OUT"'/$0-$1
   lim=(); [ "$scope" = default ] || lim=(--limit "values=$scope")
-  OMP_NUM_THREADS=1 '"$PY"' -m parity.cli check --device cpu --plugin tests/controls_plugin.py --profile ci --seed "$seed" \
+  OMP_NUM_THREADS=1 '"$PY"' -m parity.front.cli check --device cpu --plugin tests/controls_plugin.py --profile ci --seed "$seed" \
     --threads 1 --lowering "control[fp32-one-rounding]" --lowering "control[p-rounded]" --lowering "control[split-kv-4]" \
     "${lim[@]}" '"${SWEEP_ARGS:-}"' --quiet --report "$dir" > "$dir.log" 2>&1
   echo "seed $seed $scope exit $?"'

@@ -20,10 +20,10 @@ import lowerings
 from oracle import materialize
 from oracle.reference import attention
 from oracle.ulp import ulp
-from parity import yardstick
-from parity.golden import GoldenOracle
-from parity.judge import compare
-from parity.policy import load as load_policy
+from parity.engine import yardstick
+from parity.engine.golden import GoldenOracle
+from parity.engine.judge import compare
+from parity.engine.policy import load as load_policy
 from tests.oracle.oracle_cases import build_case
 
 sys.argv += [] if len(sys.argv) > 1 else ["177,317,364,0,1,2"]

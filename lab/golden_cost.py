@@ -1,5 +1,5 @@
 """What the golden reference costs on a GPU: per drawn `gpu`-profile case (the `context` lowering's limits), the fp32
-Triton engine's time, the golden reference's (`parity.golden`: fp64 through the torch engine where fp32 cannot be
+Triton engine's time, the golden reference's (`parity.engine.golden`: fp64 through the torch engine where fp32 cannot be
 proven), and the working-dtype yardstick's, in ms (CUDA events around each, after one warm-up case).
 
     PYTHONPATH=. python lab/golden_cost.py [CASES]
@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 import lowerings
 from oracle import attention, materialize
 from oracle.reference import working_dtype_output
-from parity.golden import GoldenOracle
-from parity.policy import load as load_policy
+from parity.engine.golden import GoldenOracle
+from parity.engine.policy import load as load_policy
 from strategies import cases, limits_for
 
 POLICY = load_policy(None)

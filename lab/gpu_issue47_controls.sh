@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 (timeout 560 python3 scripts/oracle_error.py --device cuda --cases 1000 > "$OUT/oracle_error.txt" 2>&1; echo "oracle_error exit $?" >> "$OUT/oracle_error.txt") &
 C='control[fp32-one-rounding]'; P='control[p-rounded]'; S='control[split-kv-4]'
-timeout 540 python3 -m parity.cli check --device cuda --plugin tests/controls_plugin.py --profile gpu --max-examples 2000 \
+timeout 540 python3 -m parity.front.cli check --device cuda --plugin tests/controls_plugin.py --profile gpu --max-examples 2000 \
   --lowering "$C" --lowering "$P" --lowering "$S" --jobs 9 --shards "$C=3" --shards "$P=3" --shards "$S=3" \
   --report /tmp/gpu-controls 2>&1 | grep -v "^\s*\[" | tail -25
 wait

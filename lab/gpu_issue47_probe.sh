@@ -15,7 +15,7 @@ timeout 120 python3 lab/golden_cost.py 40 2>&1 | tail -12
 echo "== 3. the oracle's measured error on the GPU"
 timeout 120 python3 scripts/oracle_error.py --device cuda --cases 300 2>&1 | tail -20
 echo "== 4. the controls at the gpu profile (calibration)"
-timeout 150 python3 -m parity.cli check --device cuda --plugin tests/controls_plugin.py --profile gpu --max-examples 100 \
+timeout 150 python3 -m parity.front.cli check --device cuda --plugin tests/controls_plugin.py --profile gpu --max-examples 100 \
   --lowering "control[fp32-one-rounding]" --lowering "control[p-rounded]" --lowering "control[split-kv-4]" \
   --jobs 3 --report "$OUT/controls" 2>&1 | grep -v "^\s*\[" | tail -20
 date -u +%Y-%m-%dT%H:%M:%SZ

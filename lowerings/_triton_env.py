@@ -64,7 +64,7 @@ def ensure_interpreter_on_cpu() -> bool:
 
 def no_gpu_here() -> bool:
     """True where this process can have no CUDA device, decided without initializing CUDA (a process that
-    forks others, `parity.prefork`, must not): no CUDA driver library to load, or `CUDA_VISIBLE_DEVICES`
+    forks others, `parity.exec.prefork`, must not): no CUDA driver library to load, or `CUDA_VISIBLE_DEVICES`
     hiding every device ("" or "-1"). False means there may be one (`ensure_interpreter_on_cpu` asks torch)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):

@@ -98,9 +98,9 @@ class OptionalHooks(Protocol):
     a lowering without one gets the default (`OPTIONAL_ATTRIBUTES`) or the framework's own rule. Read
     them with `optional_hook(lowering, name)` / `optional_attribute(lowering, name)`, never a bare
     `getattr`: the name is checked against this list. Hooks the framework calls are bounded by the hook
-    watchdog (`parity.hooks.call` / `call_optional`): one that raises, exits or hangs fails the lowering.
+    watchdog (`parity.exec.hooks.call` / `call_optional`): one that raises, exits or hangs fails the lowering.
 
-    - `case_limits(device) -> strategies.Limits | None` (`strategies.limits_for`, `parity.warmup`): bounds
+    - `case_limits(device) -> strategies.Limits | None` (`strategies.limits_for`, `parity.exec.warmup`): bounds
       on what is drawn for it on `device`; a field left None takes the device's default, the production
       dimension (contexts to 128K, model rows) included.
     - `dispatch_boundaries() -> {field: (t, ...)}` (`batch_size`, `context_len` or `keys`;
@@ -111,14 +111,14 @@ class OptionalHooks(Protocol):
       each split of a split-KV kernel after the first, of a dense block folded in after the paged context.
       Drawn and boundary cases put the attention mass on the keys either side (`peak` values), where a
       split that drops or double-counts its edge key shows.
-    - `compile_family(case) -> tuple` (`parity.runner.compile_family`): the shape family `max_compiles`
+    - `compile_family(case) -> tuple` (`parity.engine.runner.compile_family`): the shape family `max_compiles`
       counts per; default: every shape field except the batch size, the lengths, the pages and the seed.
     - `kernel_families(case) -> {call: kernel-name substring}`: the CUDA kernels each counted call must
       launch (checked under torch.profiler on CUDA, one case in `--kernel-names-every`), and kernel keys
       for `tolerances.toml`'s `[kernel."<key>".<dtype>]` entries. Without it, kernel names go unchecked.
     - `forbidden_kernel_families(case) -> {what: kernel-name substring}`: kernels that must not appear
       (fa3 silently replaced by fa2, ...).
-    - `jit_modules(case) -> tuple[str, ...]` (`parity.warmup`): the JIT-compiled modules `run` loads for
+    - `jit_modules(case) -> tuple[str, ...]` (`parity.exec.warmup`): the JIT-compiled modules `run` loads for
       `case`, one readable key each; warm-up loads each once before the first case.
     - `writes_given_output` (default False): the lowering writes its result into `inputs.out` and
       `inputs.lse_out` (buffers the framework allocates) and returns them. The runner then gives it
@@ -139,7 +139,7 @@ class OptionalHooks(Protocol):
       it (one output buffer, or the first function wrong once the others are prepared) and times one
       input set, the L2 flushed before each replay, instead of one graph per rotating set. Without
       `prepare`, bench times `run` eagerly.
-    - `run_output(inputs) -> Tensor` (`parity.case_run.run_yardstick`): the output alone, the same bits
+    - `run_output(inputs) -> Tensor` (`parity.engine.case_run.run_yardstick`): the output alone, the same bits
       as `run(inputs).out`, for a lowering that serves as the yardstick (`sdpa`: no LSE computed).
     - `graph_safe` (default False): whether `prepare` is supported (the flashinfer adapters say so; no
       check reads it: `prepare` raising NotImplementedError is what bench acts on).

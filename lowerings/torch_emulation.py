@@ -23,7 +23,7 @@ from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
 from oracle.rules import DECODE_ROWS_MAX_BATCH, context_window_reason, decode_rows_window_reason
 from oracle.case import Case
 from oracle.inputs import Inputs
-from parity import footprint
+from oracle import footprint
 
 SDPA_GROUPED_ELEMENTS = 1 << 26  # past this many K elements (Hq x T x D), sdpa runs one KV head's group at a time
 CPU_PRODUCTION_CONTEXT = 8192  # the torch lowerings' longest drawn context on a CPU (strategies._production)
@@ -73,7 +73,7 @@ def _append_calls(case: Case) -> dict[str, int]:
 
 
 class Sdpa(TorchLoweringBase):
-    """torch SDPA in the working dtype over gathered pages, requests batched (a yardstick: `parity.yardstick`).
+    """torch SDPA in the working dtype over gathered pages, requests batched (a yardstick: `parity.engine.yardstick`).
 
     It returns an LSE of its own (the fp32 scores over the same gathered keys and mask, `with_lse`), judged as
     any lowering's: a check of its gather and mask the output can hide. SDPA itself returns none: the form a
@@ -81,7 +81,7 @@ class Sdpa(TorchLoweringBase):
 
     name = "sdpa"
     lse_base = BASE_E
-    # As the yardstick it runs on a case's inputs, not a copy (`parity.case_run.run_yardstick`): it only
+    # As the yardstick it runs on a case's inputs, not a copy (`parity.engine.case_run.run_yardstick`): it only
     # reads them (gathers, concatenates, attends), and its own untouched-input check says so whenever it is
     # checked as a lowering.
     reads_inputs_only = True
@@ -95,7 +95,7 @@ class Sdpa(TorchLoweringBase):
 
     def run_output(self, inputs: Inputs) -> torch.Tensor:
         """The output alone `[B, K, Hq, D]`, the same bits as `run(inputs).out`: what the yardstick needs
-        (`parity.case_run.run_yardstick`), without the fp32 score matrix the LSE costs (measured on the H200
+        (`parity.engine.case_run.run_yardstick`), without the fp32 score matrix the LSE costs (measured on the H200
         at production scale, session 6 run 22: the LSE was 40% of the yardstick's 0.39 s per case)."""
         return self._attend(inputs, with_lse=False)[0]
 
@@ -139,7 +139,7 @@ def sdpa_batches(case: Case) -> list[list[int]]:
     """The yardstick's batches of requests: by decreasing `L+K` (ties in batch order), each batch of `n`
     requests padded to its first's `T = L+K`, with `n * T <= max(SDPA_BATCH_KEYS, the case's longest L+K)`:
     the padded keys of a batch never exceed the longest request's alone by more than `SDPA_BATCH_KEYS`
-    (`parity.footprint.yardstick_bytes`), and a case of short requests is one batch."""
+    (`oracle.footprint.yardstick_bytes`), and a case of short requests is one batch."""
     K = case.block_size
     T = [L + K for L in case.context_lens]
     budget = max(SDPA_BATCH_KEYS, max(T, default=K))

@@ -58,7 +58,7 @@ def window_for(kind: str, width: int | None = None) -> tuple[int, int]:
 
 class BatchShape:
     """Shape figures derived from `context_lens`, `block_size`, `num_q_heads` and `num_kv_heads`: shared by
-    `Case` and the page-less `parity.footprint.CaseShape` that sizes a draw before it is built."""
+    `Case` and the page-less `oracle.footprint.CaseShape` that sizes a draw before it is built."""
 
     context_lens: tuple[int, ...]
     block_size: int
@@ -251,7 +251,7 @@ def _is_int(x: Any) -> bool:
 # ---- a case read from JSON (a user's file, a failure file, a worker's answer) ----------------------------
 # The largest values a case read from JSON may hold: past them it is refused before anything is built
 # (B = 10**6 or K = 10**5 would hang the run or get it OOM-killed). The bytes a case needs are checked
-# against the device's memory where it runs (parity.intake.check_case_fits).
+# against the device's memory where it runs (parity.front.intake.check_case_fits).
 JSON_BOUNDS = {"batch_size": 1 << 16, "block_size": 1 << 12, "num_q_heads": 1 << 10, "num_kv_heads": 1 << 10,
                "head_dim": 1 << 10, "page_size": 1 << 16, "num_pages": 1 << 24, "context_lens": 1 << 24,
                "page_table_pad": 1 << 16}

@@ -1,7 +1,7 @@
 """How wrong the oracle itself may be on a case: an a-priori bound on its error, per precision and engine.
 
 The judge keeps the reference's own error at most `GOLDEN_SHARE` (1/10) of the tightest bound it applies
-(`parity.golden`); this module says how large that error can be, from the case's values and the engine's
+(`parity.engine.golden`); this module says how large that error can be, from the case's values and the engine's
 arithmetic, before or after the attention is computed. Nothing here runs a lowering.
 
 Statistics of a case (`case_stats`, computed in fp64 from the tensors exactly as the oracle reads them):

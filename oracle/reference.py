@@ -259,7 +259,7 @@ def working_dtype_output(inputs: Inputs) -> torch.Tensor:
     flash kernels, the working dtype's real arithmetic: the values a working-dtype computation reads (q and the
     block as given, an fp8 pool dequantized and rounded to the working dtype: `kv_rounded`), fp32 scores of exact
     products, the weights `exp(s - m)` rounded to the working dtype before `P.V` (`round_p`), fp32 sums, the output
-    rounded once. The judge's yardstick (`parity.yardstick`): a kernel may be off by a multiple of this one's error.
+    rounded once. The judge's yardstick (`parity.engine.yardstick`): a kernel may be off by a multiple of this one's error.
     One fp32 pass of the oracle's engine (the Triton kernel's `ROUND_P` variant on a GPU)."""
     return attention(inputs, kv_rounded=True, round_p=True).out.to(inputs.q.dtype)
 
@@ -268,7 +268,7 @@ def triton_variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv
                          max_block: int, max_group: int, f64: bool = False) -> list[Case]:
     """Tiny cases that, run with `engine="triton"`, compile every variant of the Triton engine's kernel that cases
     of these head dims, dtypes, KV dtypes ("same" allowed), block sizes up to `max_block` and GQA groups up to
-    `max_group` launch (`parity.precompile` compiles them before a run's first case); `f64`: those of the fp64
+    `max_group` launch (`parity.exec.precompile` compiles them before a run's first case); `f64`: those of the fp64
     variant, whose row blocks are smaller."""
     from oracle._fast import variant_cases
 

@@ -1,11 +1,11 @@
-"""How `parity.precompile` spreads the compiles over a run's processes, simulated on the CPU (no GPU, no Triton
+"""How `parity.exec.precompile` spreads the compiles over a run's processes, simulated on the CPU (no GPU, no Triton
 compile): each variant's compile is a sleep of `--compile-s` under the real `SharedCompileCache` lock, an oracle
 unit first builds its case (the builder variant of its dtypes, a lock of its own), as `materialize` does. The 16
 processes start together at the places run 79's children started (their lowering names). Two schedules:
 
 - `wait`: one pass that leaves held variants for later, then a pass that waits for each (H200 run 79: every
   precompile took 15.4-16.2 s, one process compiled 13 entries in a row while the others waited);
-- `poll`: passes that skip held variants until none is left (`parity.precompile.run_pending`; H200 run 84: 9.0-10.0 s,
+- `poll`: passes that skip held variants until none is left (`parity.exec.precompile.run_pending`; H200 run 84: 9.0-10.0 s,
   every process loading every variant another compiled);
 - `markers`: `precompile` since session 24: variants another process marked are skipped (not loaded); the
   process goes over what is left until every variant is marked (`run_pending(done=, mark=)`);
@@ -41,9 +41,9 @@ def _child(schedule: str, start: str, compile_s: float, load_s: float, marks: st
     leave_held = schedule == "markers+leave"
     import zlib
 
-    from parity import precompile as pc
-    from parity import shared_compile_cache as scc
-    from parity.config import CheckConfig  # noqa: F401  (the same imports as a check child)
+    from parity.exec import precompile as pc
+    from parity.exec import shared_compile_cache as scc
+    from parity.front.config import CheckConfig  # noqa: F401  (the same imports as a check child)
     from strategies import limits_for
     import lowerings
 

@@ -5,7 +5,7 @@
 
 Runs `check_lowering` exactly as `dflash-parity check` does (the same strategy, boundary cases and
 hypothesis test function, hence the same draws) with an executor that answers "pass" at once, and
-prints each lowering's drawn histogram (`parity.drawn`): the share of cases with a context past 4096
+prints each lowering's drawn histogram (`parity.engine.drawn`): the share of cases with a context past 4096
 keys, of fp8 KV pools, of each head dim, pools past 2**31 elements, and how far it reached the extremes
 (`drawn.extremes`). `--gpu-gib` stands in for the GPU's memory on a machine without one (the per-case
 budget is a share of it).
@@ -18,9 +18,10 @@ import sys
 
 import lowerings
 from oracle.case import Case
-from parity import drawn, footprint
-from parity.policy import load
-from parity.runner import CaseOutcome, RunOptions, check_lowering
+from parity.engine import drawn
+from oracle import footprint
+from parity.engine.policy import load
+from parity.engine.runner import CaseOutcome, RunOptions, check_lowering
 from strategies import check_cases, limit_overrides, profile_settings
 
 

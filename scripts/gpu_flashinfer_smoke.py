@@ -3,7 +3,7 @@
 
 For each flashinfer adapter, a handful of fixed cases (B in {1, 32, 33}, K in {1, 3, 7}, G in {1, 4, 8}
 (+6, 5), L in {0, 15, 16, 17, 300}, NHD/HND, bf16 and fp8 KV with scales 0.5/2.0, windows for the
-windowed merges) go through `parity.runner.run_case` against the fp32 oracle with the SDPA yardstick.
+windowed merges) go through `parity.engine.runner.run_case` against the fp32 oracle with the SDPA yardstick.
 One verdict line per case, a summary table, timings (the first case of each adapter includes
 flashinfer's JIT compile: decode ~15 s, fa2 ~29 s, fa3 ~94 s per dtype / head dim / window on-off),
 and, per adapter, one run under torch.profiler that lists the CUDA kernels it launched and checks them
@@ -44,8 +44,8 @@ import torch  # noqa: E402
 import lowerings  # noqa: E402
 from lowerings import flashinfer as fp  # noqa: E402
 from oracle.inputs import materialize  # noqa: E402
-from parity import policy as policy_mod  # noqa: E402
-from parity.runner import RunOptions, run_case  # noqa: E402
+from parity.engine import policy as policy_mod  # noqa: E402
+from parity.engine.runner import RunOptions, run_case  # noqa: E402
 from strategies import build_case  # noqa: E402
 
 FP8 = "float8_e4m3fn"

@@ -7,7 +7,7 @@ lowering's kernel-names phase does not carry it. Then for each lowering, alone o
 nothing else uses the device):
 
 1. N cases of `check --device cuda --profile gpu --seed S --no-hardening --no-isolate --warm-up`, with
-   `torch.cuda.synchronize()` at the end of every phase of `parity.case_run`: each phase's seconds then
+   `torch.cuda.synchronize()` at the end of every phase of `parity.engine.case_run`: each phase's seconds then
    hold the device work it launched. Without it, asynchronous kernels are charged to whichever later
    call waits for them (a flashinfer `plan()` copying its page indices, the judge reading its scalars),
    which is how time lines read under `--jobs`. Prints the time line.
@@ -16,14 +16,14 @@ nothing else uses the device):
 
 `--cprofile N` runs 1 under cProfile and prints its N largest functions by own time (the host's share of each
 phase: Python, launches, the allocator's `cudaMalloc`s inside the ops that need them). `--keep-cache` makes
-`torch.cuda.empty_cache()` a no-op for the run, which `parity.memory.device_lease` otherwise calls after every case
+`torch.cuda.empty_cache()` a no-op for the run, which `parity.exec.memory.device_lease` otherwise calls after every case
 past `LARGE_SHARE` of the device: then the next large case's tensors come from the allocator's cache instead of
 fresh `cudaMalloc`s. Each run prints the allocator's counters (device allocations and frees, `empty_cache` calls).
 
 `--hardening` keeps the hardening checks in run 1 (the `gpu` record's default; still in process). Each run of 1
 also prints, per case, the device memory the case peaked at (`torch.cuda.max_memory_allocated` over `run_case`)
-against `parity.footprint.run_bytes` (the draw budget) and `parity.footprint.lease_bytes` (what a large case leases
-from the other processes on the GPU, `parity.memory.device_lease`; `run_bytes` itself until session 16's run 55):
+against `oracle.footprint.run_bytes` (the draw budget) and `oracle.footprint.lease_bytes` (what a large case leases
+from the other processes on the GPU, `parity.exec.memory.device_lease`; `run_bytes` itself until session 16's run 55):
 how much of a hardened run's waiting for memory the estimates' margin costs.
 `--kernel-cases 0` skips run 2.
 
@@ -53,7 +53,7 @@ HARDENING = False  # --hardening: the synchronized run keeps every hardening che
 
 
 def _check(lowering: str, n: int, seed: int, report: str, *extra: str) -> dict:
-    from parity import cli
+    from parity.front import cli
 
     cli.main(["check", "--device", "cuda", "--profile", "gpu", "--seed", str(seed), "--max-examples", str(n),
               *([] if HARDENING else ["--no-hardening"]), "--no-isolate", "--quiet", "--warm-up",
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from parity import case_run
+    from parity.engine import case_run
 
     if not torch.cuda.is_available():
         print("gpu_phase_profile: no CUDA device visible to torch", file=sys.stderr)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     peaks: list[tuple[int, int, str, int]] = []  # (peak bytes over the case, run_bytes, case, lease_bytes)
 
     def measured(judged, case, opts):
-        from parity import footprint
+        from oracle import footprint
 
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{' (made a no-op by --keep-cache)' if args.keep_cache else ''}")
         if peaks:
             total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            from parity.memory import LARGE_SHARE
+            from parity.exec.memory import LARGE_SHARE
 
             leased = [p for p in peaks if p[3] > LARGE_SHARE * total]
             ratios = sorted(p[0] / p[1] for p in peaks if p[1])  # against run_bytes

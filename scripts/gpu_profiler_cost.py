@@ -1,4 +1,4 @@
-"""What reading one case's kernel names costs: `parity.hardening.KernelNames` (torch.profiler started and stopped
+"""What reading one case's kernel names costs: `parity.engine.hardening.KernelNames` (torch.profiler started and stopped
 around the call) around a short CUDA call, against the same call unprofiled; one process alone, then P side by side.
 
     python scripts/gpu_profiler_cost.py [--procs 1 15] [--iters 40] [--launches 40] [--mps] [--dry]
@@ -8,7 +8,7 @@ the others (a file barrier, so that the timed part runs side by side), then time
 `--launches` small elementwise kernels each, unprofiled and profiled in turn (synchronized at both ends, as
 `run_case` does). Prints per P the medians over processes of: the first start, a call unprofiled, a call
 profiled, and their difference (the profiler's cost per profiled case). `--mps`: the children run under a
-private CUDA MPS daemon (`parity.mps.mps_session`), as `check --jobs N --mps` runs them. `--dry`: the CPU, no
+private CUDA MPS daemon (`parity.exec.mps.mps_session`), as `check --jobs N --mps` runs them. `--dry`: the CPU, no
 profiler (checks the orchestration only).
 """
 
@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 def child(args: argparse.Namespace) -> None:
     import torch
 
-    from parity.hardening import KernelNames
+    from parity.engine.hardening import KernelNames
 
     dev = "cpu" if args.dry else "cuda"
     sync = (lambda: None) if args.dry else torch.cuda.synchronize
@@ -101,7 +101,7 @@ def main() -> int:
     for p in args.procs:
         ctx = contextlib.nullcontext(None)
         if args.mps:
-            from parity.mps import mps_session
+            from parity.exec.mps import mps_session
 
             ctx = mps_session(p, print)
         t0 = time.perf_counter()

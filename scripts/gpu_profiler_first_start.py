@@ -1,4 +1,4 @@
-"""Where the profiler's first start goes (`parity.hardening.KernelNames`: 4.5-6 s once per process in
+"""Where the profiler's first start goes (`parity.engine.hardening.KernelNames`: 4.5-6 s once per process in
 session 17's run 61), and whether it can run beside other work.
 
     python scripts/gpu_profiler_first_start.py [--procs 1 15] [--mps] [--dry]
@@ -11,7 +11,7 @@ Each child makes its CUDA context, then, by `--mode`:
   modules loaded before it? CUPTI instruments loaded modules).
 - `nocorr`, `kernel-only`: `plain` with `_ExperimentalConfig(disable_external_correlation=True)`, or with
   kineto's own config asking for kernels only (`custom_profiler_config="ACTIVITY_TYPES=kernel"`).
-- `kernelnames`: `parity.hardening.KernelNames` itself, names read in its stop.
+- `kernelnames`: `parity.engine.hardening.KernelNames` itself, names read in its stop.
 - `cprofile`: the first entering under cProfile: the 14 functions with the most cumulative time (is it
   Python, an import, or one call into torch's C++ profiler?).
 - `cupti`: CUPTI alone first, through ctypes (load libcupti, enable and disable the concurrent-kernel
@@ -99,7 +99,7 @@ def profiled_call(dry: bool, call, mode: str = "plain") -> dict:
         return {"steps": steps, "names": 0}
     from torch.profiler import ProfilerActivity, profile
 
-    from parity.hardening import KernelNames, cuda_kernel_names
+    from parity.engine.hardening import KernelNames, cuda_kernel_names
     steps["import"] = _since(t)
     if mode == "kernelnames":  # the check's own path: start, the call, stop (names read in stop)
         kn = KernelNames()
@@ -250,7 +250,7 @@ def main() -> int:
     for p in args.procs:
         ctx = contextlib.nullcontext(None)
         if args.mps and p > 1:
-            from parity.mps import mps_session
+            from parity.exec.mps import mps_session
 
             ctx = mps_session(p, print)
         with ctx as state:

@@ -94,8 +94,8 @@ if [[ $STEPS == *prewarm* ]]; then
   # JIT modules not in the installed packs, compiled PREWARM_JOBS at a time, then packed on their own
   # (the JIT cache holds only what this machine compiled) as $OUT/fi_aot_${PACK_NAME:-new}.tar.xz.
   read -r -a pl <<< "${PREWARM_LOWERINGS:-context[flashinfer-fa3]}"
-  echo "== python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} ${pl[*]}"
-  timeout ${PREWARM_TIMEOUT:-240} python3 -m parity.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} "${pl[@]}"
+  echo "== python3 -m parity.exec.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} ${pl[*]}"
+  timeout ${PREWARM_TIMEOUT:-240} python3 -m parity.exec.warmup --jobs ${PREWARM_JOBS:-4} ${PREWARM_EXTRA:-} "${pl[@]}"
   echo "exit code: $?"
   python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot_${PACK_NAME:-new}.tar.xz" || true
 fi
@@ -119,7 +119,7 @@ fi
 if [[ $STEPS == *check* ]]; then
   echo "== dflash-parity check --device cuda --profile gpu ${CHECK_ARGS:-}"
   start=$(date +%s.%N)
-  timeout -s TERM -k 60 ${CHECK_TIMEOUT:-300} python3 -m parity.cli check --device cuda --profile gpu --report /tmp/report \
+  timeout -s TERM -k 60 ${CHECK_TIMEOUT:-300} python3 -m parity.front.cli check --device cuda --profile gpu --report /tmp/report \
     ${CHECK_ARGS:-} > /tmp/check.log 2>&1
   echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
   grep -v "cases, .* unsupported, .* failed" /tmp/check.log | grep -v "_warn_once\|UserWarning" | tail -70
@@ -138,7 +138,7 @@ if [[ $STEPS == *sweep* ]]; then
     start=$(date +%s.%N)
     limit=${SWEEP_TIMEOUT:-240}; [ "$pass" != 1 ] && limit=${SWEEP_TIMEOUT_LATER:-$limit}
     smi_start sweep$pass
-    timeout -s TERM -k 60 $limit python3 -m parity.cli check --device cuda --profile gpu --seed 3 \
+    timeout -s TERM -k 60 $limit python3 -m parity.front.cli check --device cuda --profile gpu --seed 3 \
       --max-examples ${SWEEP_N:-500} --jobs ${SWEEP_JOBS:-11} --warm-up --no-hardening --no-isolate ${SWEEP_EXTRA:-} \
       --report /tmp/sweep$pass "${largs[@]}" > "/tmp/sweep$pass.log" 2>&1
     echo "exit code: $?; wall $(python3 -c "import time;print(round(time.time()-$start,1))") s"
@@ -158,7 +158,7 @@ if [[ $STEPS == *profile* ]]; then
   read -r -a pl <<< "${PROFILE_LOWERINGS:-context[flashinfer-fa2] decode_rows[flashinfer-tc] windowed_merge[flashinfer-eager] hybrid_paged}"
   mkdir -p /tmp/prof
   run_profiled() {  # $1 tag, $2 lowering, $3 seconds
-    timeout -s INT -k 30 "$3" python3 -m cProfile -o "/tmp/prof/$1.pstats" -m parity.cli check --device cuda --profile gpu \
+    timeout -s INT -k 30 "$3" python3 -m cProfile -o "/tmp/prof/$1.pstats" -m parity.front.cli check --device cuda --profile gpu \
       --seed 3 --max-examples ${PROFILE_N:-500} --warm-up --no-hardening --no-isolate ${PROFILE_EXTRA:-} --lowering "$2" \
       --report "/tmp/prof/$1" > "/tmp/prof/$1.log" 2>&1
   }

@@ -7,15 +7,15 @@ job finished 23.8-34.8 s after it started while its 500 cases took 9.9-22.3 s; t
 profiler's first start, 4.5-6 s (run 61). This splits the rest. Each lowering runs in a fresh child process (a cold
 process, as a `--jobs` child is), which times in order:
 
-1. the imports (`parity.session`, `lowerings`, `strategies`, hypothesis, torch);
+1. the imports (`parity.front.session`, `lowerings`, `strategies`, hypothesis, torch);
 2. the device's context (the first tensor on it, synchronized);
 3. the case builder's warm-up (`oracle.inputs.warm_build`: format 3's device build);
-4. `--warm-up`'s units for the lowering with its `gpu`-profile limits (`parity.warmup.warm_up`): each unit's
+4. `--warm-up`'s units for the lowering with its `gpu`-profile limits (`parity.exec.warmup.warm_up`): each unit's
    seconds (the lowering on a tiny case, loading its JIT modules), and their sum;
-5. the profiler's first start and stop (`parity.hardening.KernelNames`, CUDA only);
+5. the profiler's first start and stop (`parity.engine.hardening.KernelNames`, CUDA only);
 
 and prints one line. `--side-by-side` starts every lowering's child at once (15 of them: as `check --jobs 15`),
-`--mps` under a private CUDA MPS daemon (`parity.mps.mps_session`); else one after another. `--device cpu` checks the
+`--mps` under a private CUDA MPS daemon (`parity.exec.mps.mps_session`); else one after another. `--device cpu` checks the
 script's plumbing on a machine without a GPU (no profiler there).
 """
 
@@ -39,7 +39,7 @@ def child(name: str, device: str) -> dict:
     import torch
 
     import lowerings
-    import parity.session  # noqa: F401
+    import parity.front.session  # noqa: F401
     import strategies  # noqa: F401
     t["imports"] = time.perf_counter() - t0
 
@@ -56,7 +56,7 @@ def child(name: str, device: str) -> dict:
     sync()
     t["case builder"] = time.perf_counter() - t1
 
-    from parity.warmup import warm_up
+    from parity.exec.warmup import warm_up
     from strategies._plan import limits_for
 
     lw = lowerings.get(name)
@@ -66,7 +66,7 @@ def child(name: str, device: str) -> dict:
     units = [(u.variant.describe(), round(u.seconds or 0.0, 2), u.error) for u in rep.units]
 
     if device.startswith("cuda"):
-        from parity.hardening import KernelNames
+        from parity.engine.hardening import KernelNames
 
         t1 = time.perf_counter()
         kn = KernelNames()
@@ -94,7 +94,7 @@ def main() -> int:
 
     ctx = contextlib.nullcontext(None)
     if args.mps:
-        from parity.mps import mps_session
+        from parity.exec.mps import mps_session
 
         ctx = mps_session(len(args.lowering), print)
     with ctx as state:

@@ -11,7 +11,7 @@
 #             slow   = pytest -m slow                             (production-scale mutants, the scale profile)
 #             named  = pytest $NAMED -rfEsP                       (chosen tests, their printed output kept;
 #                      NAMED is split on spaces: write a -k expression without them, e.g. "-knot(fa3)")
-#   WARM      lowerings whose JIT modules are compiled in the background (`python -m parity.warmup`, on the
+#   WARM      lowerings whose JIT modules are compiled in the background (`python -m parity.exec.warmup`, on the
 #             GPU) while the passes before `warmed` run (default "context[flashinfer-fa3]"); WARM_K the -k
 #             expression of their tests (default "fa3")
 #   PREBUILD  instead of WARM: arguments of scripts/flashinfer_prebuild.py (for example "--only fa3 --jobs 8"),
@@ -56,8 +56,8 @@ if [ -n "${PREBUILD:-}" ]; then
   warm_pid=$!
 elif [ -n "$WARM" ]; then
   read -r -a wl <<< "$WARM"
-  echo "== background: python3 -m parity.warmup --jobs ${WARM_JOBS:-8} ${wl[*]}"
-  ( start=$(date +%s); python3 -m parity.warmup --jobs "${WARM_JOBS:-8}" "${wl[@]}" > /tmp/warm.log 2>&1
+  echo "== background: python3 -m parity.exec.warmup --jobs ${WARM_JOBS:-8} ${wl[*]}"
+  ( start=$(date +%s); python3 -m parity.exec.warmup --jobs "${WARM_JOBS:-8}" "${wl[@]}" > /tmp/warm.log 2>&1
     echo "warm-up exit $? after $(( $(date +%s) - start )) s" >> /tmp/warm.log ) &
   warm_pid=$!
 fi

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main(argv: list[str]) -> int:
     import torch
 
-    from parity import cli
+    from parity.front import cli
 
     if not torch.cuda.is_available():
         print("gpu_sync_census: no CUDA device visible to torch", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Sum the cProfiles a check wrote under `DFLASH_PARITY_CPROFILE=DIR` (`parity.host_profile`), per role.
+"""Sum the cProfiles a check wrote under `DFLASH_PARITY_CPROFILE=DIR` (`parity.exec.host_profile`), per role.
 
     python scripts/host_profile_summary.py DIR [--top N] [--match TEXT]
 

@@ -1,4 +1,4 @@
-"""The oracle's own error, measured: drawn cases of every value regime, the judge's reference (`parity.golden`:
+"""The oracle's own error, measured: drawn cases of every value regime, the judge's reference (`parity.engine.golden`:
 fp32 where its bound allows, else fp64) against an independent dense fp64 reference written here.
 
 For each case it prints nothing; per regime and dtype one line: cases, how many the oracle judged in fp32 and in
@@ -30,8 +30,8 @@ from oracle import materialize
 from oracle.precision import GOLDEN_SHARE, bound
 from oracle.reference import attention
 from oracle.case import VALUE_REGIMES as REGIMES
-from parity.golden import GoldenOracle, share, tightest
-from parity.policy import load as load_policy
+from parity.engine.golden import GoldenOracle, share, tightest
+from parity.engine.policy import load as load_policy
 from strategies import cases, limits_for, with_overrides
 
 FP8 = torch.float8_e4m3fn
@@ -81,7 +81,7 @@ def dense_fp64(inputs) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def error_share(out: torch.Tensor, lse: torch.Tensor, truth, tol, dtype: str, yardstick: bool = True) -> float:
-    """A reference's measured error as a share of the tightest bound the judge applies (`parity.golden.share`)."""
+    """A reference's measured error as a share of the tightest bound the judge applies (`parity.engine.golden.share`)."""
     o_true, l_true = (t.cpu() for t in truth)
     o = out.detach().cpu().double()
     fin = torch.isfinite(l_true)

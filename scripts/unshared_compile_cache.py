@@ -1,4 +1,4 @@
-"""The A side of an A/B of `parity.shared_compile_cache` on the GPU: Triton's file cache as Triton keeps it (a
+"""The A side of an A/B of `parity.exec.shared_compile_cache` on the GPU: Triton's file cache as Triton keeps it (a
 process that misses compiles, whatever the others do), with the shared cache's log of each compile
 (`DFLASH_PARITY_COMPILE_LOG`), so both sides count their compiles the same way.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from parity.shared_compile_cache import SharedCompileCache
+from parity.exec.shared_compile_cache import SharedCompileCache
 
 
 class UnsharedCompileCache(SharedCompileCache):

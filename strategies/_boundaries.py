@@ -48,7 +48,7 @@ def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
     `t + 1`), validated; `{}` when it declares none. A malformed declaration is that lowering's failure
     (`HookFailure`, "dispatch_boundaries() returned X, expected Y"), as a hook that raises is."""
-    from parity import hooks
+    from parity.exec import hooks
 
     got = hooks.call_optional(lowering, "dispatch_boundaries", default={}, expect=_boundaries_answer)
     return {field: tuple(v) if isinstance(v, (tuple, list)) else (v,) for field, v in got.items()}
@@ -91,7 +91,7 @@ class Boundary:
     """One boundary case: `case`, what it sits on (`label`), and for a declared dispatch boundary or a
     power of two the case on the other side of it (`other_side`, the same but for the boundary value):
     when `case` fails and `other_side` passes, the failure needs this side of the boundary and `case`,
-    every other field at its simplest, is the minimal case (`parity.runner.check_lowering` reports it
+    every other field at its simplest, is the minimal case (`parity.engine.runner.check_lowering` reports it
     without a draw)."""
 
     case: Case

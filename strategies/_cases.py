@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from oracle.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
-from parity import answers, hooks
+from parity.engine import answers
+from parity.exec import hooks
 from strategies._extremes import PEAK_DRAWS, WIDE, WIDE_AT, validated_splits, widest_rows, with_peak
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
 
@@ -57,7 +58,7 @@ class Limits:
     max_production_context: int | None = None  # the long requests' longest context; 0: no production draws
     max_production_batch: int | None = None
     models: tuple[str, ...] | None = None  # rows of strategies._models drawn; (): the small shapes' heads
-    max_case_bytes: int | None = None  # parity.footprint.run_bytes of a production draw stays under it
+    max_case_bytes: int | None = None  # oracle.footprint.run_bytes of a production draw stays under it
     max_pool_elements: int | None = None  # pools padded past 2**31 (2**32) elements when above it; 0: never
 
     def __post_init__(self) -> None:
@@ -246,8 +247,8 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 
 
 def is_supported(lowering: Any, case: Case) -> bool:
-    """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.hooks.call`): a supports()
-    that raises, exits or loops, or answers anything but None or a reason (`parity.answers.supports_answer`),
+    """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.exec.hooks.call`): a supports()
+    that raises, exits or loops, or answers anything but None or a reason (`parity.engine.answers.supports_answer`),
     raises HookFailure, which ends the lowering's check (not the run)."""
     return hooks.call(lowering, "supports", case, case=case, expect=answers.supports_answer) is None
 

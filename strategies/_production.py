@@ -15,7 +15,7 @@ limits turn the production dimension on (`Limits.max_production_context > 0`), f
   (`value_keys`, as in the small shapes);
 - fp8 pools with `k_scale != v_scale`, and pools padded past 2**31 elements when
   `Limits.max_pool_elements` allows (the request's pages at the top of the pool: 64-bit offsets);
-- then fitted to `Limits.max_case_bytes` (`parity.footprint.run_bytes`): the long lengths shrink
+- then fitted to `Limits.max_case_bytes` (`oracle.footprint.run_bytes`): the long lengths shrink
   first, the pool padding next, the batch last.
 
 Shrinking: the branch flag shrinks to the small shapes, a row to the first (smallest) one, the long
@@ -57,8 +57,8 @@ OFF = dict(max_production_context=0, max_production_batch=2, models=(), max_pool
 def resolve(limits: Any, device: str | None, profile: Any = None) -> Any:
     """`limits` with every production field left None set: `profile.limits` first (a `Profile`'s
     defaults, e.g. `scale`'s), then `device`'s (`DEVICE_DEFAULTS`; `device=None`: the production
-    dimension off), `max_case_bytes` the device's budget (`parity.footprint.device_case_bytes`)."""
-    from parity.footprint import CPU_CASE_BYTES, CUDA_SHARE, device_case_bytes
+    dimension off), `max_case_bytes` the device's budget (`oracle.footprint.device_case_bytes`)."""
+    from oracle.footprint import CPU_CASE_BYTES, CUDA_SHARE, device_case_bytes
 
     dev = None if device is None else str(device).split(":")[0]
     defaults = dict(DEVICE_DEFAULTS.get(dev, OFF))
@@ -158,7 +158,7 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
 
 
 def _shape(p: dict[str, Any], lens: list[int], pad: int):
-    from parity.footprint import CaseShape
+    from oracle.footprint import CaseShape
 
     K, ps = p["block_size"], p["page_size"]
     need = [pages_needed(L, K, ps) for L in lens]
@@ -182,11 +182,11 @@ def pool_pad_pages(p: dict[str, Any], lens: list[int]) -> int:
 
 def fit_budget(p: dict[str, Any], limits: Any) -> dict[str, Any]:
     """`p` (a draw's parameters: a production one, or a small shape as wide as the limits allow) with its
-    lengths, pool padding and batch cut until `parity.footprint.run_bytes` fits `limits.max_case_bytes` and
+    lengths, pool padding and batch cut until `oracle.footprint.run_bytes` fits `limits.max_case_bytes` and
     the case lists at most `MAX_CASE_PAGES` pages: the long requests shrink first (largest that fits), then
     the padding goes, then requests are dropped from the end (never the longest). Unchanged when it fits.
     Deterministic: shrinking still works."""
-    from parity.footprint import run_bytes
+    from oracle.footprint import run_bytes
 
     budget = limits.max_case_bytes
     lens = list(p["context_lens"])

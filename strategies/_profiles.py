@@ -9,11 +9,11 @@
 - `nightly`: many random cases, pushed towards the worst ulp error with `hypothesis.target`.
 - `scale`: the nightly GPU run at production scale: batches up to 256, contexts to 128K, pools padded
   past 2**31 and 2**32 elements, three quarters of the GPU for one case (`Profile.limits`: defaults for
-  the limits a lowering leaves unset); a failure is shrunk by the case reducer (`parity.reduce`), not by
+  the limits a lowering leaves unset); a failure is shrunk by the case reducer (`parity.engine.reduce`), not by
   hypothesis, whose shrinker costs hundreds of production-scale cases (`Profile.shrinker`).
 
 `flaky_runs` (R): how many times a failure is re-run before it is named ("failed k of R runs",
-`parity.flakiness`), and how many runs a case gets in the search that shrinks a flaky failure (it fails
+`parity.engine.flakiness`), and how many runs a case gets in the search that shrinks a flaky failure (it fails
 when one of its R runs fails). More runs catch rarer races, at R times the cost of each shrink step.
 """
 
@@ -37,11 +37,11 @@ class Profile:
     description: str
     flaky_runs: int = 4
     # Defaults for the production limits a lowering leaves None (strategies._production.resolve), and the
-    # share of the GPU's memory one case may take (None: parity.footprint.CUDA_SHARE).
+    # share of the GPU's memory one case may take (None: oracle.footprint.CUDA_SHARE).
     limits: dict[str, Any] = field(default_factory=dict)
     case_share: float | None = None
     # Who shrinks a failure: "hypothesis" (its shrinker, over the choice sequence), or "cases" (hypothesis's
-    # shrink phase off, `parity.reduce` cuts the case itself: requests, pool, lengths; for cases that cost
+    # shrink phase off, `parity.engine.reduce` cuts the case itself: requests, pool, lengths; for cases that cost
     # too much for the hundreds of steps hypothesis's shrinker takes at production scale).
     shrinker: str = "hypothesis"
 

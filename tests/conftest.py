@@ -14,9 +14,9 @@ from lowerings import registry
 @pytest.fixture(scope="session", autouse=True)
 def torch_threads_share_the_cores():
     """Each pytest-xdist worker takes its share of the cores for torch's CPU threads
-    (`parity.config.default_threads`): with torch's default every worker takes every core, and on a
+    (`parity.front.config.default_threads`): with torch's default every worker takes every core, and on a
     16-core GPU runner `-n 10` made CPU checks of this suite run for minutes (docs/gpu/2026-12-01-h200-session7.md)."""
-    from parity.config import default_threads, xdist_worker_count
+    from parity.front.config import default_threads, xdist_worker_count
 
     before = torch.get_num_threads()
     torch.set_num_threads(default_threads(xdist_worker_count()))

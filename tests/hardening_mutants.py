@@ -1,6 +1,6 @@
 """Mutants for the hardening checks: lowerings that read, write or depend on memory they should not, or
 that kill or hang their process. `tests/parity/test_hardening.py` asserts each is caught with the right
-message; the crashing ones only ever run in an isolated worker (`parity.isolation`).
+message; the crashing ones only ever run in an isolated worker (`parity.exec.isolation`).
 
 Not a test module (no `test_` prefix): import it as `tests.hardening_mutants`. Nothing registers on
 import; `register_all()` does (the worker loads `tests/hardening_plugin.py`, which calls it), so the

@@ -2,7 +2,7 @@
 
 Installed (`pip install -e .`, as CI and a GPU runner following the README do), pytest loads the plugin
 through the `pytest11` entry point. A checkout used without installing it (a GPU machine with the
-sources on PYTHONPATH) has no entry point: the plugin is then named with `-p parity.pytest_plugin`,
+sources on PYTHONPATH) has no entry point: the plugin is then named with `-p parity.front.pytest_plugin`,
 which loads the same module. A run whose summary line is missing fails with what it printed.
 """
 
@@ -14,16 +14,16 @@ import os
 
 
 def entry_point_installed() -> bool:
-    """Whether pytest finds `parity.pytest_plugin` through an installed `pytest11` entry point."""
+    """Whether pytest finds `parity.front.pytest_plugin` through an installed `pytest11` entry point."""
     try:
-        return any(ep.value == "parity.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+        return any(ep.value == "parity.front.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
     except Exception:  # pragma: no cover
         return False
 
 
 def plugin_args() -> tuple[str, ...]:
     """Arguments that load the plugin in a pytester run: none when the entry point does."""
-    return () if entry_point_installed() else ("-p", "parity.pytest_plugin")
+    return () if entry_point_installed() else ("-p", "parity.front.pytest_plugin")
 
 
 # What makes a process an xdist worker. A pytester subprocess started from a worker inherits them, and is a

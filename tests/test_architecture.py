@@ -188,7 +188,7 @@ LONG_FILES_ALLOWED = {
 }
 SLACK = 1.15  # "about 500": a file may run 15% over before it must be split
 # Private names still imported across modules (none: the outcome model's JSON helpers are public in
-# parity.outcome). A listed use that is gone fails too, so this list only shrinks.
+# parity.engine.outcome). A listed use that is gone fails too, so this list only shrinks.
 PENDING_PRIVATE: set[str] = set()
 IMPORT_ALL = """
 import importlib, json, sys
@@ -268,15 +268,15 @@ def test_no_module_uses_another_modules_private_name():
 
 def test_the_private_name_check_catches_each_form():
     mods = modules()
-    src = ("from parity.runner import _jsonable\n"
+    src = ("from parity.engine.runner import _jsonable\n"
            "from lowerings import registry\n"
-           "import parity.invocation as inv\n"
+           "import parity.engine.invocation as inv\n"
            "from lowerings import _merge_kernel\n"  # another package's private module
            "def f():\n"
            "    from lowerings.registry import _REGISTRY\n"
            "    return registry._load_builtins, inv.call_lowering, _merge_kernel, registry.__name__\n")
     uses = {(u.module, u.name) for u in private_uses(src, "parity.planted", False, mods)}
-    assert uses == {("parity.runner", "_jsonable"), ("lowerings", "_merge_kernel"), ("lowerings.registry", "_REGISTRY"),
+    assert uses == {("parity.engine.runner", "_jsonable"), ("lowerings", "_merge_kernel"), ("lowerings.registry", "_REGISTRY"),
                     ("lowerings.registry", "_load_builtins")}, uses
     own = "from lowerings import _merge_kernel as mk\nx = mk.KERNELS\n"  # a package's own private module
     assert private_uses(own, "lowerings.merges", False, mods) == []

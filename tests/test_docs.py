@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from lowerings.protocol import OPTIONAL_ATTRIBUTES, OPTIONAL_METHODS
-from parity.cli import build_parser
+from parity.front.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

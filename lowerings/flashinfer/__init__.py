@@ -27,7 +27,7 @@ host-side steps once and returns a zero-argument function doing the device work 
 the same sequence with the eager wrappers, called at once (`FlashinferBase.prepare`, `graphs`).
 
 JIT modules: `jit_modules(case)` names the flashinfer modules (and compiled merges) a case loads, one
-key per (kernel, dtype, kv dtype, head dim, window on/off); `parity.warmup` loads each once.
+key per (kernel, dtype, kv dtype, head dim, window on/off); `parity.exec.warmup` loads each once.
 
 Registration: `lowerings.builtins` lists `adapters()` with the other built-ins; nothing here registers.
 """

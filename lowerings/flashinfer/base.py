@@ -60,7 +60,7 @@ class FlashinferBase(GraphArenas):
         64 and 128: every variant flashinfer 0.7.x instantiates for these kernels (decode, fa2 and fa3
         prefill, merge_state; fa3 has no bf16/fp16-query x fp8-KV kernel: `supports()` says so).
         flashinfer JIT-compiles one module per (kernel, dtype, KV dtype, head dim, window on/off),
-        15-165 s each: `--warm-up` / `python -m parity.warmup` load them first (40 for all adapters);
+        15-165 s each: `--warm-up` / `python -m parity.exec.warmup` load them first (40 for all adapters);
         narrow a short session with `--limit dtypes=bfloat16 --limit kv_dtypes=same --limit head_dims=128`."""
         if device == "cuda":
             from strategies import Limits
@@ -74,7 +74,7 @@ class FlashinferBase(GraphArenas):
         return {}
 
     def jit_modules(self, case: Case) -> tuple[str, ...]:  # overridden
-        """The JIT-compiled modules `run` loads for `case` (`parity.warmup` warms each once)."""
+        """The JIT-compiled modules `run` loads for `case` (`parity.exec.warmup` warms each once)."""
         return ()
 
     def run(self, inputs: Inputs) -> LoweringResult:

@@ -25,7 +25,7 @@ fa2, CUDA-core decode replaced by the tensor-core path, ...). Sources (flashinfe
 Unqualified names match both demangled and mangled kernel names.
 
 JIT modules: `jit_module_name(kernel, case, window_left)`, one key per (kernel, dtype, kv dtype, head dim,
-window on/off); `parity.warmup` loads each once.
+window on/off); `parity.exec.warmup` loads each once.
 """
 
 from __future__ import annotations

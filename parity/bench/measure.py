@@ -2,8 +2,8 @@
 
 A lowering's measurement, in order: `available(device)` (else "unavailable"), the memory estimate
 (else "skipped: needs X GiB"), `supports(case)` (else "unsupported"); then on the first input set one
-eager `run` through `parity.invocation.call_lowering` (kernel counters, exceptions turned into failures)
-judged against the oracle by `parity.case_run.judge_result` with the lowering's tolerance from the
+eager `run` through `parity.engine.invocation.call_lowering` (kernel counters, exceptions turned into failures)
+judged against the oracle by `parity.engine.case_run.judge_result` with the lowering's tolerance from the
 policy (LSE base converted at the boundary, partials checked, no yardstick: bench does not run the
 per-request SDPA), plus the declared kernel calls; then the timing (`prepare` + CUDA graphs where the
 lowering has `prepare`, else `run` eagerly); then the output the timed graphs computed for the first
@@ -26,14 +26,14 @@ from lowerings.protocol import Lowering, LoweringResult, optional_attribute, opt
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs
-from parity import memory
-from parity.hooks import first_line
+from parity.exec import memory
+from parity.exec.hooks import first_line
 from parity.bench import timing as tm
 from parity.bench.shapes import GiB, PoolKeeper, Shape, build_sets, memory_reason, set_case
-from parity.policy import Policy
-from parity.case_run import judge_result, tolerance_for
-from parity.invocation import LoweringError, call_lowering
-from parity.outcome import CaseOutcome
+from parity.engine.policy import Policy
+from parity.engine.case_run import judge_result, tolerance_for
+from parity.engine.invocation import LoweringError, call_lowering
+from parity.engine.outcome import CaseOutcome
 
 OK, UNAVAILABLE, UNSUPPORTED, SKIPPED, ERROR = "ok", "unavailable", "unsupported", "skipped", "error"
 FORCE_ROWS_THRESHOLD = 1 << 40  # a dispatch threshold no batch reaches: the rows form at every B
@@ -231,7 +231,7 @@ def _clear_cuda(device: str) -> None:
 
 def judge(env: BenchEnv, lowering: Lowering, inputs: Inputs, result: Any, ref: reference.OracleResult,
           prefix: str = "") -> Verdict:
-    """`result` of `lowering` on `inputs` against the oracle, as `parity.runner` judges a case."""
+    """`result` of `lowering` on `inputs` against the oracle, as `parity.engine.runner` judges a case."""
     if not isinstance(result, LoweringResult):
         return Verdict(False, math.inf, [f"{prefix}returned {type(result).__name__}, expected LoweringResult"],
                        lowering.name)

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 from parity.bench.measure import Measurement
 from parity.bench.tables import Table, fmt_us
-from parity.escape import md_text
-from parity.report import format_table
+from parity.report.escape import md_text
+from parity.report.files import format_table
 
 PNG_SKIPPED = "matplotlib not installed: PNG skipped"
 
@@ -46,7 +46,7 @@ def terminal(t: Table) -> str:
 
 
 def _md_escape(text: str) -> str:
-    """A table cell's text made inert (lowering labels and reasons come from plugins: `parity.escape`)."""
+    """A table cell's text made inert (lowering labels and reasons come from plugins: `parity.report.escape`)."""
     return md_text(text, table=True)
 
 

@@ -25,8 +25,8 @@ from parity.bench import merge_table as mt
 from parity.bench import tables as tb
 from parity.bench import timing as tm
 from parity.bench.shapes import Shape
-from parity.policy import Policy
-from parity.report import atomic_write
+from parity.engine.policy import Policy
+from parity.report.files import atomic_write
 
 RUN_ORDER = ("merge", "hybrid", "decode-rows")  # shortest first: a cut-short run keeps the most tables
 FLUSH_EVERY_S = 15.0

@@ -24,8 +24,8 @@ import lowerings
 from lowerings import flashinfer as fp
 from lowerings import registry
 from lowerings.protocol import protocol_violations
-from parity import policy as policy_mod
-from parity.runner import RunOptions, run_case
+from parity.engine import policy as policy_mod
+from parity.engine.runner import RunOptions, run_case
 from strategies import build_case
 
 

@@ -28,8 +28,8 @@ from lowerings import flashinfer as fp
 from oracle import reference
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
-from parity import policy as policy_mod
-from parity.runner import judge_result, tolerance_for
+from parity.engine import policy as policy_mod
+from parity.engine.runner import judge_result, tolerance_for
 from tests.lowerings.test_flashinfer_adapters import (
     FakeDecodeWrapper,
     FakePrefillWrapper,

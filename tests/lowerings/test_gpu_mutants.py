@@ -13,8 +13,8 @@ pytestmark = pytest.mark.parity_gpu
 @pytest.mark.parametrize("key", ["merge_state_natural_lse", "part_a_block_end", "workspace_b_rows", "fa3_silently_fa2"])
 def test_gpu_mutant_is_caught(key):
     import lowerings
-    from parity.policy import load
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine.policy import load
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import Limits, cases, profile_settings
     from tests.gpu_mutants import GPU_MUTANTS
 
@@ -60,11 +60,11 @@ def test_gpu_nondeterminism_is_named_shrunk_counted_and_sanitized(key, tmp_path)
     from pathlib import Path
 
     import lowerings
-    from parity import flakiness as fl
-    from parity import sanitizer
-    from parity.policy import load
-    from parity.report import write_reports
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import flakiness as fl
+    from parity.exec import sanitizer
+    from parity.engine.policy import load
+    from parity.report.files import write_reports
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import Limits, cases, profile_settings
 
     target, plugin, said = NONDETERMINISTIC_GPU[key]
@@ -127,8 +127,8 @@ def test_production_mutant_caught_by_the_default_gpu_profile(key):
     exactly what `dflash-parity check --device cuda --profile gpu --max-examples 500` draws for it: caught
     within 500 cases and shrunk to the smallest case that shows it (4097 keys, L = 2049 / 257, B = 32 / 33)."""
     import lowerings
-    from parity.policy import load
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine.policy import load
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import check_cases, profile_settings
     from tests import mutants as M
     from tests.gpu_mutants import GPU_MUTANTS
@@ -160,10 +160,10 @@ def test_int32_offsets_caught_by_the_scale_profile(tmp_path):
     `scale` profile (pools padded past 2**31 elements), isolated (the wrapped offset may fault), and shrunk
     to one request in a pool just past 2**31 elements."""
     import lowerings
-    from parity.isolation import IsolatedExecutor
-    from parity.footprint import pool_elements
-    from parity.policy import load
-    from parity.runner import RunOptions, check_lowering
+    from parity.exec.isolation import IsolatedExecutor
+    from oracle.footprint import pool_elements
+    from parity.engine.policy import load
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import check_cases, profile_settings
     from tests.gpu_mutants import HybridInt32Offsets
 

@@ -1,4 +1,4 @@
-"""`parity.hardening.cuda_kernel_names`: on the GPU, the kernel names the kernel-name check reads from the
+"""`parity.engine.hardening.cuda_kernel_names`: on the GPU, the kernel names the kernel-name check reads from the
 profiler's raw results are those `prof.events()` gives (skipped without flashinfer or a GPU); on the CPU,
 over fake raw results, the check they feed catches a silent fallback."""
 
@@ -8,19 +8,19 @@ import pytest
 import torch
 
 from lowerings import flashinfer as fp
-from parity.runner import RunOptions
+from parity.engine.runner import RunOptions
 from tests.lowerings.test_flashinfer_adapters import GPU_CASES, _need_flashinfer, case
 
 
 @pytest.mark.parity_gpu
 @pytest.mark.parametrize("name,kw", [GPU_CASES[0], GPU_CASES[5]], ids=[GPU_CASES[0][0], GPU_CASES[5][0]])
 def test_gpu_kernel_names_from_raw_profiler_results_match_its_events(name, kw):
-    """`parity.hardening.cuda_kernel_names` reads the profiler's raw results: the same device activities,
+    """`parity.engine.hardening.cuda_kernel_names` reads the profiler's raw results: the same device activities,
     in the same order, as `prof.events()` (which it skips building), and the adapter's kernels among them."""
     from torch.profiler import ProfilerActivity, profile
 
-    from parity.hardening import cuda_kernel_names
-    from parity.invocation import prepare_inputs
+    from parity.engine.hardening import cuda_kernel_names
+    from parity.engine.invocation import prepare_inputs
 
     _need_flashinfer()
     adapter = {a.name: a for a in fp.adapters()}[name]
@@ -69,7 +69,7 @@ def test_raw_kernel_names_feed_a_check_that_fails_on_a_silent_fallback():
     over them catches a forbidden kernel (fa3 silently replaced by fa2) and a missing one; without raw results
     the names come from `prof.events()`."""
     from lowerings import counters
-    from parity.hardening import cuda_kernel_names
+    from parity.engine.hardening import cuda_kernel_names
 
     raw = [_RawEvent("cudaLaunchKernel", "CPU"), _RawEvent("BatchPrefillWithPagedKVCacheKernel<fa2>", "CUDA"),
            _RawEvent("Memcpy HtoD", "CUDA")]

@@ -15,8 +15,8 @@ from lowerings.protocol import (OPTIONAL_ATTRIBUTES, OPTIONAL_METHODS, OptionalH
                                 optional_attribute, optional_hook, protocol_violations)
 from lowerings.torch_emulation import Context, DecodeRows, Sdpa
 from oracle import rules
-from parity import policy
-from parity.runner import RunOptions, check_lowering, lowering_available
+from parity.engine import policy
+from parity.engine.runner import RunOptions, check_lowering, lowering_available
 from strategies import build_case
 
 

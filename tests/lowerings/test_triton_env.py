@@ -30,7 +30,7 @@ def _run(args: list[str], tmp_path: Path, code: str | None = None) -> tuple[int,
     argv = ["check", "--device", "cpu", "--max-examples", "3", "--no-hardening", "--quiet", "--report", str(report),
             *args]
     if code is None:
-        cmd = [sys.executable, "-m", "parity.cli", *argv]
+        cmd = [sys.executable, "-m", "parity.front.cli", *argv]
     else:  # something of the caller's imported first
         cmd = [sys.executable, "-c", f"{code}\nfrom parity import cli\nraise SystemExit(cli.main({argv!r}))"]
     res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -20,8 +20,8 @@ from lowerings._triton_env import kernel_param_is_constexpr, kernel_param_not_sp
 from lowerings.protocol import LoweringResult
 from lowerings.triton_hybrid import HybridPaged
 from lowerings.torch_emulation import WindowedMerge
-from parity.policy import load
-from parity.runner import RunOptions, check_lowering
+from parity.engine.policy import load
+from parity.engine.runner import RunOptions, check_lowering
 from strategies import Limits, cases, profile_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_int32_offset_mutant_is_exact_below_2_31_pool_elements():
     """tests/gpu_mutants.py's hybrid kernel with 32-bit pool offsets (caught by the GPU `scale` profile, in
     tests/lowerings/test_gpu_mutants.py) is the production kernel on every pool of the CPU profiles: it
     passes them, so what fails it on a GPU is the pool past 2**31 elements and nothing else."""
-    from parity.runner import run_case
+    from parity.engine.runner import run_case
     from strategies import build_case
     from tests.gpu_mutants import INT32_OFFSET_EDITS, HybridInt32Offsets
 

@@ -17,7 +17,7 @@ from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import materialize
 from oracle.values import FP8_MAX, RANGE_SCORE_STD, stored_fp8_peak
-from parity.reduce import drop_requests
+from parity.engine.reduce import drop_requests
 from strategies import build_case
 from tests.oracle.test_values import _bits, _context, _params, _request, _scores, _without
 

@@ -1,4 +1,4 @@
-"""The oracle's error bound (`oracle.precision`) and the golden reference built on it (`parity.golden`).
+"""The oracle's error bound (`oracle.precision`) and the golden reference built on it (`parity.engine.golden`).
 
 - The bound is never below a measured error: the fp32 torch engine against fp64 on drawn cases of every value
   regime (output and LSE). A bound with a too-small score term (a mutant) is caught by the same check.
@@ -23,8 +23,8 @@ import lowerings
 import oracle.precision as prec
 from oracle import attention, materialize
 from oracle.case import VALUE_REGIMES
-from parity.golden import GoldenOracle, share, tightest
-from parity.policy import load as load_policy
+from parity.engine.golden import GoldenOracle, share, tightest
+from parity.engine.policy import load as load_policy
 from strategies import cases, limits_for, profile_settings, with_overrides
 from tests.oracle.oracle_cases import build_case
 

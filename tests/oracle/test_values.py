@@ -389,7 +389,7 @@ def test_the_counter_build_is_a_few_launches_whatever_the_batch_and_lengths(monk
 
 
 def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
-    """`oracle.inputs.warm_build` (run by `parity.warmup` on CUDA) builds tiny cases that launch every compiled
+    """`oracle.inputs.warm_build` (run by `parity.exec.warmup` on CUDA) builds tiny cases that launch every compiled
     variant of the format 3 kernel a drawn case can (destination dtype, paged or dense; the regime switches are
     run-time arguments, and the affine maps a regime does not read are fp32 placeholders, so the pointers'
     dtypes do not vary), and its seeds are 16-byte aligned whatever the batch size (Triton specializes on it)."""
@@ -435,7 +435,7 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
 
 def test_the_builds_values_do_not_depend_on_the_page_tables_dtype():
     """An int64 page table is read as int32 by the device build: the same ids, so the same pools, bit for bit."""
-    from parity import result_bits as rb
+    from parity.engine import result_bits as rb
 
     for corner in COUNTER_CORNERS[:2]:
         a, b = (materialize(_case(**corner, context_lens=[40, 0, 3], page_table_pad=2, page_table_dtype=t),

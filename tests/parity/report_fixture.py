@@ -2,7 +2,7 @@
 outcomes with hand-made figures (a `-inf` and a `+inf` among them), unsupported and skipped cases, a
 shrunk failure with its classification, a crash, an unavailable lowering. `tests/parity/test_outcome.py`
 writes them with the report writer of the day and compares the files with those the writer wrote before
-the outcome model moved to `parity/outcome.py` (`data/report_before.json`)."""
+the outcome model moved to `parity/engine/outcome.py` (`data/report_before.json`)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _case(rng: random.Random, **over: Any):
 
 
 def _outcome(rng: random.Random, name: str, status: str, **over: Any):
-    from parity.judge import Comparison
-    from parity.runner import CaseOutcome
+    from parity.engine.judge import Comparison
+    from parity.engine.runner import CaseOutcome
 
     case = _case(rng)
     ulp = round(rng.uniform(0, 6), 4)
@@ -51,8 +51,8 @@ def _outcome(rng: random.Random, name: str, status: str, **over: Any):
 def reports():
     """Three lowering reports: `alpha` passes (one unsupported case, one hardening step skipped), `beta`
     fails (a shrunk, classified failure and a crash), `gamma` is unavailable."""
-    from parity.flakiness import Classification
-    from parity.runner import Failure, LoweringReport, compile_family
+    from parity.engine.flakiness import Classification
+    from parity.engine.runner import Failure, LoweringReport, compile_family
 
     rng = random.Random(7)
     alpha = LoweringReport("alpha", "cpu", "pass", max_compiles=2, seconds=1.25)
@@ -85,7 +85,7 @@ def header() -> dict[str, Any]:
 
 def written(tmp: Path) -> dict[str, str]:
     """The report files the writer of the day writes for `reports()` (times and the torch version fixed)."""
-    from parity import provenance, report
+    from parity.report import provenance, files as report
 
     saved = provenance.now
     provenance.now = lambda: FIXED_TIME
@@ -106,7 +106,8 @@ def written(tmp: Path) -> dict[str, str]:
 
 def merged_shards() -> dict[str, Any]:
     """`alpha` and `beta` as two shards of one lowering (each with its compile families), merged."""
-    from parity import report, shards
+    from parity.report import files as report
+    from parity.exec import shards
 
     alpha, beta, _ = reports()
     entries = []

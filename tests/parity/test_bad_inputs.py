@@ -24,7 +24,8 @@ import pytest
 import lowerings
 from lowerings import registry
 from oracle import Case
-from parity import cli, report as report_mod, report_dir as report_dir_mod
+from parity.front import cli
+from parity.report import files as report_mod, directory as report_dir_mod
 from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,7 +295,7 @@ REPRO_ROWS = [
 @pytest.mark.parametrize("row", REPRO_ROWS, ids=[r.id for r in REPRO_ROWS])
 def test_a_bad_case_file_is_refused_before_anything_is_built(tmp_path, row, monkeypatch):
     built = []
-    monkeypatch.setattr("parity.invocation.materialize", lambda *a, **k: built.append(a))
+    monkeypatch.setattr("parity.engine.invocation.materialize", lambda *a, **k: built.append(a))
     t0 = time.perf_counter()
     code, out, err = run(["repro", *row.setup(tmp_path), "--device", "cpu", "--no-isolate"])
     assert code == 2, out + err
@@ -348,7 +349,7 @@ def test_a_bad_report_directory_or_planted_file_is_refused_before_the_first_case
     outside.mkdir()
     keep = write(outside / "sdpa-1.json", failure_text())  # what a link out of the report must never delete
     ran = []
-    monkeypatch.setattr("parity.sweep.check_lowering", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("parity.engine.sweep.check_lowering", lambda *a, **k: ran.append(a))
     code, out, err = run(["check", "--lowering", "sdpa", "--no-isolate", *QUICK, *row.setup(tmp_path)])
     assert code == 2, out + err
     first = err.splitlines()[0]
@@ -475,7 +476,7 @@ def test_a_fail_row_shows_the_failing_case_figures(tmp_path):
 def test_a_crash_in_one_lowering_leaves_the_finished_ones_on_disk(tmp_path, monkeypatch):
     """Serial runs write each finished lowering's results before the next starts (a segfault in a hook
     that runs in this process cannot be contained; simulated here by the process 'dying' in the second)."""
-    from parity import sweep
+    from parity.engine import sweep
 
     real = sweep.check_lowering
     calls = []

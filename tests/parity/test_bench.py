@@ -17,8 +17,8 @@ from lowerings import flashinfer as fp
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Context, DecodeRows
 from oracle.inputs import Inputs, materialize
-from parity import cli
-from parity import policy as policy_mod
+from parity.front import cli
+from parity.engine import policy as policy_mod
 from parity.bench import SCHEMA, render
 from parity.bench import measure as ms
 from parity.bench import tables as tb

@@ -1,5 +1,5 @@
 """Every number bounded (issue 49, item 5): timeouts, counts and sizes outside their documented range
-(`parity.ranges`) and an empty `--report` are refused naming the option or the environment variable
+(`parity.engine.ranges`) and an empty `--report` are refused naming the option or the environment variable
 (exit 2), before anything is written, armed or started."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import io
 
 import pytest
 
-from parity import cli
+from parity.front import cli
 
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 

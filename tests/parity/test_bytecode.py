@@ -1,4 +1,4 @@
-"""`parity.bytecode`: a bytecode cache for a torch installed without bytecode that cannot take any.
+"""`parity.exec.bytecode`: a bytecode cache for a torch installed without bytecode that cannot take any.
 
 On the H200's image torch has no `__pycache__` and `PYTHONDONTWRITEBYTECODE=1` is set (run 68), so every
 process compiles its sources at import. Each check fails when the cache is wrong in the way it names: set up
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from parity import bytecode
+from parity.exec import bytecode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_the_opted_in_cache_holds_the_bytecode_for_the_next_process(tmp_path):
     (src / "__init__.py").write_text("VALUE = 1\n")
     code = textwrap.dedent("""
         import sys
-        from parity import bytecode
+        from parity.exec import bytecode
         print(bytecode.cache_bytecode(probe="dflash_probe_pkg"))
         import dflash_probe_pkg
     """)
@@ -100,7 +100,7 @@ def test_the_cli_asks_for_the_cache_before_anything_and_hints_only_in_a_check_th
                                                                                           capsys):
     asked = []
     monkeypatch.setattr(bytecode, "cache_bytecode", lambda **kw: asked.append(kw["hint"]))
-    from parity import cli
+    from parity.front import cli
 
     assert cli.main(argv) == 2  # a usage error, after the cache was asked for
     assert asked == [hint]
@@ -110,7 +110,7 @@ def test_the_cli_asks_for_the_cache_before_anything_and_hints_only_in_a_check_th
 def test_the_pytest_plugin_asks_for_the_cache_before_the_conftests_import_torch(monkeypatch):
     """pytest's front end too: the plugin asks before the initial conftests are imported, so the session's own
     torch import and its pytest-xdist workers (which inherit the environment) use the cache."""
-    from parity import pytest_plugin
+    from parity.front import pytest_plugin
 
     asked = []
     monkeypatch.setattr(bytecode, "cache_bytecode", lambda *a, **kw: asked.append(kw))

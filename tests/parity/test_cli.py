@@ -11,7 +11,7 @@ import torch
 import lowerings
 from lowerings import registry
 from oracle import Case, InvalidInput, attention, materialize
-from parity import cli
+from parity.front import cli
 from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +205,7 @@ def test_check_in_a_fresh_process_runs_the_triton_lowering(tmp_path):
         pytest.skip("with a GPU the Triton kernels compile for it; this checks the interpreter path")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    res = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--lowering", "hybrid_paged", "--max-examples", "4",
+    res = subprocess.run([sys.executable, "-m", "parity.front.cli", "check", "--lowering", "hybrid_paged", "--max-examples", "4",
                           "--report", str(tmp_path), "--quiet", "--device", "cpu"], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -214,14 +214,14 @@ def test_check_in_a_fresh_process_runs_the_triton_lowering(tmp_path):
 
 def test_kernel_names_every_reaches_the_run_options(monkeypatch, tmp_path):
     """`--kernel-names-every N` sets how often a CUDA case is profiled for its kernel names (0: never)."""
-    import parity.cli as cli_mod
+    import parity.front.cli as cli_mod
     seen = []
 
     def fake_check_lowering(lw, pol, **kw):
         seen.append(kw["opts"].profile_every)
         raise SystemExit(0)
 
-    import parity.sweep as sweep_mod
+    import parity.engine.sweep as sweep_mod
     monkeypatch.setattr(sweep_mod, "check_lowering", fake_check_lowering)
     for n, want in ((None, 4), ("0", 0), ("16", 16)):
         argv = ["check", "--no-isolate", "--lowering", "sdpa", "--max-examples", "1", "--report", str(tmp_path / "r"), "--quiet"]

@@ -2,7 +2,7 @@
 cases of every value regime, dtype and KV dtype, for seeds 0-9, drawn as the default profile draws and narrowed to
 each regime; and the same harness fails a control with one real bug (so it can fail).
 
-Each case is judged as `check` judges it (`parity.case_run.run_case`: the golden oracle, the working-dtype
+Each case is judged as `check` judges it (`parity.engine.case_run.run_case`: the golden oracle, the working-dtype
 yardstick, the default policy), hardening and isolation left out (they judge no arithmetic), `DRAWS` cases per
 seed and scope. The full sweep (the `ci` profile's 60 draws per seed and scope, hardened and isolated, through
 `dflash-parity check --plugin tests/controls_plugin.py`) is a record: docs/lab/controls.md.
@@ -18,10 +18,10 @@ from hypothesis import given, seed as hypothesis_seed
 
 from lowerings.protocol import LoweringResult
 from oracle.case import VALUE_REGIMES
-from parity.case_run import run_case
-from parity.invocation import RunOptions
-from parity.policy import load as load_policy
-from parity import yardstick
+from parity.engine.case_run import run_case
+from parity.engine.invocation import RunOptions
+from parity.engine.policy import load as load_policy
+from parity.engine import yardstick
 from strategies import cases, limits_for, profile_settings, with_overrides
 from tests.controls import PRounded, controls, finish, online
 from tests.oracle.oracle_cases import build_case

@@ -1,11 +1,11 @@
-"""`parity.cuda_context`: a dead CUDA context is named in the report of the test during which it died and of
+"""`parity.front.cuda_context`: a dead CUDA context is named in the report of the test during which it died and of
 every later failure in that process, on the CPU with a stand-in for torch.cuda (a pytester session)."""
 
 from __future__ import annotations
 
 import torch
 
-from parity.cuda_context import CudaContextWatch, context_error
+from parity.front.cuda_context import CudaContextWatch, context_error
 from tests.plugin_runs import assert_outcomes, runpytest
 
 pytest_plugins = ["pytester"]

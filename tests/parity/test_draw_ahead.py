@@ -1,4 +1,4 @@
-"""`--draw-ahead`: a forked process draws the cases while the check judges them (`parity.draw_ahead`).
+"""`--draw-ahead`: a forked process draws the cases while the check judges them (`parity.exec.draw_ahead`).
 
 It must change nothing a run finds: the seeded CPU run of `test_figures_unchanged` (a mutant's failure found
 and shrunk) gives the recorded figures with the drawer on, through both of its paths (every case passed; a
@@ -15,8 +15,8 @@ import time
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from parity import draw_ahead
-from parity.outcome import SKIPPED, CaseOutcome
+from parity.exec import draw_ahead
+from parity.engine.outcome import SKIPPED, CaseOutcome
 from tests.parity import test_figures_unchanged as fixture_run
 
 
@@ -135,7 +135,7 @@ def test_a_draw_that_diverges_is_refused_naming_the_draw():
 def test_a_diverged_draw_fails_the_lowering_saying_so(monkeypatch):
     """Through `check_lowering`: the lowering fails with the divergence named, and hypothesis does not shrink
     it (a BaseException)."""
-    from parity import policy, sweep
+    from parity.engine import policy, sweep
 
     def diverging(*_a, **_kw):
         raise draw_ahead.DrawDiverged("draw 3: hypothesis drew case A where the drawer drew case B")
@@ -224,7 +224,7 @@ def test_a_seeded_cpu_run_finds_the_same_with_the_drawer(tmp_path, monkeypatch):
     (1, None, 16, "auto"), (15, None, 16, "off"), (8, None, 16, "auto"), (1, 1, 16, "off"), (1, None, 2, "auto"),
 ])
 def test_auto_turns_off_where_this_process_has_fewer_than_two_cores(jobs, threads, cpus, want, monkeypatch):
-    from parity.config import CheckConfig
+    from parity.front.config import CheckConfig
 
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
     cfg = CheckConfig(jobs=jobs, threads=threads)
@@ -286,7 +286,7 @@ def test_only_the_first_claim_wins():
     with tempfile.TemporaryDirectory() as tmp:
         p = draw_ahead.SharedDraws(os.path.join(tmp, "x.draws-of-3"))
         assert p.claim() is True and p.claim() is False
-        from parity.pool import process_alive
+        from parity.exec.pool import process_alive
 
         assert process_alive(os.getpid()) and not process_alive(None)
 
@@ -304,7 +304,7 @@ def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shard
 
     def run(mode):
         report = tmp_path / mode
-        proc = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--plugin", str(MUTANT),
+        proc = subprocess.run([sys.executable, "-m", "parity.front.cli", "check", "--device", "cpu", "--plugin", str(MUTANT),
                                "--lowering", lowering, "--jobs", "2", "--shards", f"{lowering}=2", "--max-examples",
                                "30", "--seed", "3", "--no-isolate", "--no-hardening", "--quiet", "--limit",
                                "max_batch=3", "--limit", "max_context=96", "--report", str(report), "--draw-ahead",

@@ -1,5 +1,5 @@
 """How far a check's draws reach the extremes of the case space (`parity.json`'s `drawn.extremes`,
-parity/drawn.py; issue 47): counted from the case specs, merged across shards, shown in `summary.md`;
+parity/engine/drawn.py; issue 47): counted from the case specs, merged across shards, shown in `summary.md`;
 and what the default profiles reach, from their draws alone (an executor that judges nothing, as
 scripts/draw_distribution.py draws): the `ci` profile on a CPU, in every seed 0-9, an fp8 value of 448
 stored, 128 query rows per KV head, the attention mass on the last context key of its longest context;
@@ -12,10 +12,11 @@ import pytest
 
 import lowerings
 from oracle.case import Case
-from parity import drawn, footprint
-from parity.outcome import LoweringReport
-from parity.policy import load
-from parity.runner import CaseOutcome, RunOptions, check_lowering
+from parity.engine import drawn
+from oracle import footprint
+from parity.engine.outcome import LoweringReport
+from parity.engine.policy import load
+from parity.engine.runner import CaseOutcome, RunOptions, check_lowering
 from strategies import MODELS, build_case, check_cases, profile_settings
 from tests.strategies.test_extremes import BASE
 

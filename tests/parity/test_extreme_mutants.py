@@ -12,8 +12,8 @@ import time
 import pytest
 
 import lowerings
-from parity import policy as parity_policy
-from parity.runner import RunOptions, check_lowering
+from parity.engine import policy as parity_policy
+from parity.engine.runner import RunOptions, check_lowering
 from strategies import check_cases, profile_settings
 from tests import extreme_mutants as XM, mutants as M
 
@@ -72,7 +72,7 @@ def test_extreme_mutant_is_caught_and_shrunk_by_the_default_ci_check(name, polic
 def test_the_split_mutant_is_caught_where_it_declares_its_splits(policy, single_threaded_torch):
     """Its shrunk case puts the mass on a declared split boundary (2048: also the last context key of
     L = 2049), and the boundary case of its first declared split fails on its own, its other side passing."""
-    from parity.runner import run_case
+    from parity.engine.runner import run_case
 
     lw = M.catalogue()["mutant:split_edge_key_twice"]
     split = next(b for b in check_cases(lw, "cpu", profile="ci").boundaries if "split_boundaries" in b.label)

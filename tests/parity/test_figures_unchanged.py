@@ -48,7 +48,7 @@ def figures(report_dir: Path) -> dict:
     """What the run found, per lowering: the fields of `KEPT` and its failures' cases and messages."""
     import lowerings
     from lowerings import registry
-    from parity import cli
+    from parity.front import cli
 
     lowerings.names()
     with registry.restored():

@@ -19,11 +19,13 @@ import lowerings
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Sdpa, WindowedMerge
 from oracle.case import Case
-from parity import cli, flakiness as fl, sanitizer
-from parity import policy as parity_policy
-from parity.isolation import IsolatedExecutor
-from parity.report import write_reports
-from parity.runner import CaseOutcome, RunOptions, check_lowering, run_case
+from parity.front import cli
+from parity.engine import flakiness as fl
+from parity.exec import sanitizer
+from parity.engine import policy as parity_policy
+from parity.exec.isolation import IsolatedExecutor
+from parity.report.files import write_reports
+from parity.engine.runner import CaseOutcome, RunOptions, check_lowering, run_case
 from strategies import Limits, Profile, build_case, cases, profile_settings
 from tests import hardening_mutants as H
 

@@ -16,10 +16,10 @@ import torch
 
 import lowerings
 from lowerings import LoweringResult
-from parity import yardstick
-from parity.case_run import run_case
-from parity.invocation import RunOptions
-from parity.policy import load as load_policy
+from parity.engine import yardstick
+from parity.engine.case_run import run_case
+from parity.engine.invocation import RunOptions
+from parity.engine.policy import load as load_policy
 from tests.oracle.oracle_cases import build_case
 
 PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "plugin_flex_attention.py"

@@ -1,4 +1,4 @@
-"""`parity.forked_server`: the isolated workers' fork server forked from a process that has imported torch and the
+"""`parity.exec.forked_server`: the isolated workers' fork server forked from a process that has imported torch and the
 framework, where that is safe; a fresh interpreter otherwise. Each test runs in a fresh interpreter of its own
 (pytest-xdist's workers run threads, and a process with threads must not fork the server)."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = """
 import os, sys, time, signal
-from parity import isolation, forked_server
+from parity.exec import isolation, forked_server
 def server_pid():
     from multiprocessing import forkserver
     return forkserver._forkserver._forkserver_pid
@@ -38,7 +38,7 @@ def test_the_server_is_a_fork_of_this_process_and_its_workers_run_cases():
         pid = server_pid()
         print("HOW", how, "FORKED", cmdline(pid) == cmdline(os.getpid()))
         from oracle.case import Case
-        from parity.invocation import RunOptions
+        from parity.engine.invocation import RunOptions
         ex = isolation.IsolatedExecutor(opts=RunOptions(device="cpu"))
         case = Case(context_lens=(5,), block_size=2, num_q_heads=2, num_kv_heads=1, head_dim=64, page_size=4,
                     pages=((0, 1),), num_pages=3, dtype="bfloat16")
@@ -84,7 +84,7 @@ def test_the_server_leaves_when_its_clients_are_gone_and_runs_none_of_their_exit
 def test_a_worker_starts_with_a_fresh_interpreters_signal_handlers(tmp_path):
     """A worker's SIGINT raises KeyboardInterrupt (a fresh interpreter's handler) and its SIGTERM is the default,
     whatever handlers the process that forked the server had installed (a `check --jobs` child installs its own:
-    parity.interrupt). Tried: without resetting them in the server, the worker ran the parent's handlers."""
+    parity.exec.interrupt). Tried: without resetting them in the server, the worker ran the parent's handlers."""
     (tmp_path / "handlers_probe.py").write_text(
         "import signal\n"
         "def report(conn, init):\n"
@@ -104,7 +104,7 @@ def test_a_worker_starts_with_a_fresh_interpreters_signal_handlers(tmp_path):
 
 
 def test_it_starts_a_fresh_interpreter_where_forking_is_not_safe():
-    """A thread running, CUDA initialized (asked through `parity.prefork.cuda_initialized`), a lowering in the
+    """A thread running, CUDA initialized (asked through `parity.exec.prefork.cuda_initialized`), a lowering in the
     registry that is not a built-in, or `DFLASH_PARITY_FORKED_SERVER=0`: the fresh interpreter, saying why."""
     out = _run("""
         import threading, lowerings
@@ -113,7 +113,7 @@ def test_it_starts_a_fresh_interpreter_where_forking_is_not_safe():
         t = threading.Thread(target=stop.wait, daemon=True); t.start()
         print("THREADS", forked_server.forkable())
         stop.set(); t.join()
-        import parity.prefork as pf
+        import parity.exec.prefork as pf
         real = pf.cuda_initialized
         pf.cuda_initialized = lambda: True
         print("CUDA", forked_server.forkable())
@@ -144,7 +144,7 @@ def test_it_starts_a_fresh_interpreter_where_forking_is_not_safe():
 def test_a_jobs_child_forks_its_server_before_it_imports_a_plugin(tmp_path):
     """A `check --jobs` child starts the server before it loads `--plugin` files (the workers load them: a server
     forked after would hold them twice), so every child's server is a fork; the plugin's lowering is checked."""
-    res = subprocess.run([sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--plugin",
+    res = subprocess.run([sys.executable, "-m", "parity.front.cli", "check", "--device", "cpu", "--plugin",
                           str(ROOT / "examples" / "plugin_window_off_by_one.py"), "--lowering", "sdpa", "--lowering",
                           "my_windowed_merge", "--max-examples", "5", "--no-hardening", "--jobs", "2",
                           "--report", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -173,7 +173,7 @@ def test_a_dead_server_is_replaced_by_another_fork():
         how = isolation.start_fork_server()
         print("AGAIN", how, server_pid() != first, cmdline(server_pid()) == cmdline(os.getpid()))
         from oracle.case import Case
-        from parity.invocation import RunOptions
+        from parity.engine.invocation import RunOptions
         ex = isolation.IsolatedExecutor(opts=RunOptions(device="cpu"))
         case = Case(context_lens=(3,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=64, page_size=4,
                     pages=((0,),), num_pages=2, dtype="bfloat16")

@@ -25,7 +25,8 @@ import pytest
 
 import lowerings
 from lowerings import registry
-from parity import cli, rundir
+from parity.front import cli
+from parity.report import rundir
 from strategies import check_cases, limit_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -452,8 +453,8 @@ def test_unsatisfiable_supports_is_nothing_judged_not_a_traceback():
     from hypothesis import strategies as st
 
     from oracle import Case
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import profile_settings
 
     case = Case(context_lens=(3,), block_size=1, num_q_heads=1, num_kv_heads=1, head_dim=16, page_size=4,
@@ -468,7 +469,7 @@ def test_unsatisfiable_supports_is_nothing_judged_not_a_traceback():
 def test_a_full_disk_leaves_no_passing_verdict(runs, plugins, tmp_path, capsys, monkeypatch):
     """The previous run's passing parity.json moves to previous/ when the run starts; the disk fills
     while the verdict is written: no parity.json, the directory stays marked, the gate refuses it."""
-    from parity import report
+    from parity.report import files as report
 
     d = _copy(runs["base"], tmp_path / "r")
     real = report.atomic_write
@@ -488,7 +489,7 @@ def test_a_full_disk_leaves_no_passing_verdict(runs, plugins, tmp_path, capsys, 
 
 
 def _start(argv, report: Path) -> tuple[subprocess.Popen, list[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", *map(str, argv)], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "parity.front.cli", *map(str, argv)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
@@ -534,7 +535,7 @@ def test_random_draws_compare_within_binomial_spread(runs, tmp_path, capsys):
     """Two honest runs of a random profile draw different cases (here: a class of one case in the baseline
     drew none, its case went to another class): the gate passes them. A drop in judged cases beyond 5
     sigma, or a class whose absence by chance is rarer than 1e-6, still fails."""
-    from parity.gate import _class_gone, _fewer
+    from parity.report.gate import _class_gone, _fewer
 
     def random_profile(r):
         r["settings"].update(profile="dev", derandomized=False, seed=None)
@@ -561,7 +562,7 @@ def test_random_draws_compare_within_binomial_spread(runs, tmp_path, capsys):
 
 def test_an_ignored_sighup_stays_ignored():
     """`nohup` ignores SIGHUP: the check keeps it ignored, and takes SIGTERM and SIGINT."""
-    from parity import interrupt
+    from parity.exec import interrupt
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

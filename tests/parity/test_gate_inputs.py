@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli
-from parity.report_trust import check_report, entry_status
+from parity.front import cli
+from parity.report.trust import check_report, entry_status
 
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 

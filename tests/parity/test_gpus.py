@@ -1,4 +1,4 @@
-"""Several GPUs of one host (parity/gpus.py): pytest-xdist workers pinned one per GPU, `check --jobs`
+"""Several GPUs of one host (parity/exec/gpus.py): pytest-xdist workers pinned one per GPU, `check --jobs`
 children spread over the GPUs; on a CPU, with torch's device count faked."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from parity import gpus
+from parity.exec import gpus
 
 
 def test_xdist_gpu_index_and_visible_devices():

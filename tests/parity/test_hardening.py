@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import lowerings
-from parity import yardstick
+from parity.engine import yardstick
 from oracle.case import Case
 from oracle.inputs import GUARD, attach_output_buffers, materialize, poison_bits
-from parity import cli
-from parity import policy as parity_policy
-from parity.isolation import IsolatedExecutor, inflight_path, read_inflight
-from parity.runner import RunOptions, check_lowering, run_case
+from parity.front import cli
+from parity.engine import policy as parity_policy
+from parity.exec.isolation import IsolatedExecutor, inflight_path, read_inflight
+from parity.engine.runner import RunOptions, check_lowering, run_case
 from strategies import Limits, build_case, cases, profile_settings
 from tests import hardening_mutants as H
 from tests.devices import TRITON_DEVICE, interpreter_only
@@ -287,11 +287,11 @@ def test_cli_check_survives_a_segfaulting_plugin(tmp_path, capsys):
 
 # A device fault, simulated on the CPU: a case with more than one page of context "faults" the device, and
 # from then on every call of the process fails (a CUDA fault is sticky), the framework's input building
-# included, until the worker is replaced. The worker's end-of-case check (`parity.isolation.context_lost`,
+# included, until the worker is replaced. The worker's end-of-case check (`parity.exec.isolation.context_lost`,
 # `torch.cuda.synchronize()` on CUDA) is what says so; here the plugin answers for it.
 FAULTER = '''
-import parity.isolation as iso
-import parity.case_run as cr
+import parity.exec.isolation as iso
+import parity.engine.case_run as cr
 from lowerings import register
 from lowerings.torch_emulation import Sdpa
 

@@ -1,4 +1,4 @@
-"""`DFLASH_PARITY_CPROFILE=DIR` (parity/host_profile.py): each process of a check writes its cProfile, per role, and
+"""`DFLASH_PARITY_CPROFILE=DIR` (parity/exec/host_profile.py): each process of a check writes its cProfile, per role, and
 `scripts/host_profile_summary.py` sums them; unset, nothing is profiled or written."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parity import host_profile
+from parity.exec import host_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_a_jobs_check_profiles_its_parent_children_and_workers_and_the_summary_a
     prints each role with its process count, and `--match` keeps the processes that ran a given module."""
     hp = tmp_path / "hp"
     env = dict(os.environ, **{host_profile.ENV: str(hp), "PYTHONPATH": str(ROOT)})
-    argv = [sys.executable, "-m", "parity.cli", "check", "--device", "cpu", "--lowering", "sdpa", "--lowering",
+    argv = [sys.executable, "-m", "parity.front.cli", "check", "--device", "cpu", "--lowering", "sdpa", "--lowering",
             "decode_rows", "--max-examples", "2", "--jobs", "2", "--quiet", "--report", str(tmp_path / "r")]
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

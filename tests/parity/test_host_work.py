@@ -14,10 +14,11 @@ import torch
 
 import lowerings
 from oracle.inputs import Inputs, materialize
-from parity import case_run, footprint
-from parity.invocation import RunOptions, fresh_inputs, prepare_inputs
-from parity.outcome import CaseOutcome
-from parity import result_bits as rb
+from parity.engine import case_run
+from oracle import footprint
+from parity.engine.invocation import RunOptions, fresh_inputs, prepare_inputs
+from parity.engine.outcome import CaseOutcome
+from parity.engine import result_bits as rb
 from strategies import build_case
 
 
@@ -134,7 +135,7 @@ def test_a_profiled_case_keeps_its_draw_budget_and_leases_no_copy():
 def test_the_allocators_unused_bytes_are_reserved_less_allocated_from_one_query(monkeypatch):
     """`memory.free_bytes` on CUDA: the device's free bytes plus the allocator's cached, unused ones, read from one
     nested stats query (the flattened `memory_reserved() - memory_allocated()` cost 1.2 ms a call on the H200)."""
-    from parity import memory
+    from parity.exec import memory
 
     stats = {"reserved_bytes": {"all": {"current": 7 << 20, "peak": 9 << 20}, "large_pool": {"current": 5 << 20}},
              "allocated_bytes": {"all": {"current": 3 << 20}}}
@@ -149,7 +150,7 @@ def test_the_allocators_unused_bytes_are_reserved_less_allocated_from_one_query(
 
 @pytest.mark.parity_gpu
 def test_the_one_query_gives_torchs_reserved_less_allocated_on_a_gpu():
-    from parity import memory
+    from parity.exec import memory
 
     keep = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
     del keep  # its block stays cached, unused

@@ -1,4 +1,4 @@
-"""Interrupts (SIGINT, SIGTERM, SIGHUP: parity/interrupt.py): a check stopped at once keeps its report, the
+"""Interrupts (SIGINT, SIGTERM, SIGHUP: parity/exec/interrupt.py): a check stopped at once keeps its report, the
 interrupted lowering failed as a partial run; a repeated signal is one interrupt; a swallowed one is raised
 again between cases; a `--jobs` parent keeps the merged report."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli, interrupt
+from parity.front import cli
+from parity.exec import interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,8 +21,8 @@ def test_an_interrupted_check_keeps_what_ran(tmp_path):
     """SIGINT (KeyboardInterrupt) during a lowering's cases: its report keeps the cases that ran and
     fails as a partial run; `check` writes the report and exits 130 (as a --jobs child does for its part)."""
     import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     seen = []
@@ -42,7 +43,7 @@ def test_interrupted_during_the_warm_up_still_writes_the_report(tmp_path, monkey
     def stop(*a, **k):
         raise KeyboardInterrupt
 
-    from parity import warmup
+    from parity.exec import warmup
 
     monkeypatch.setattr(warmup, "warm_up_lowering", stop)
     code = cli.main(["check", "--warm-up", "--lowering", "decode_rows", "--lowering", "sdpa", "--device", "cpu",
@@ -82,7 +83,7 @@ def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
     import threading
 
     report = tmp_path / "rep"
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows", "--lowering",
+    proc = subprocess.Popen([sys.executable, "-m", "parity.front.cli", "check", "--lowering", "decode_rows", "--lowering",
                              "sdpa", "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--jobs", "2",
                              "--report", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -112,8 +113,8 @@ def test_a_swallowed_sigint_still_stops_the_check():
     """A KeyboardInterrupt raised inside a gc callback is printed and dropped by Python (seen on CPU: the
     check went on until its parent killed it); the recorded interrupt stops the run before the next case."""
     import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     seen = []
@@ -141,8 +142,8 @@ def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path)
     smallest failing case seen so far, marked not shrunk, and says why (H200 run 39 lost every shard's failure
     this way: 0 failures reported of 947 failing cases judged, the run stopped by its time limit)."""
     import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     failing = []
@@ -161,11 +162,11 @@ def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path)
                          opts=RunOptions(), progress=progress)
     assert rep.interrupted and rep.status == "fail" and len(failing) == 4
     assert len(rep.failures) == 1 and not rep.failures[0].shrunk
-    from parity import flakiness as fl
+    from parity.engine import flakiness as fl
     assert fl.case_size(rep.failures[0].outcome.case) == min(fl.case_size(o.case) for o in failing)
     assert rep.extra[-1].startswith("interrupted while shrinking a failure: the smallest failing case found so far")
     # Interrupted, but a case failed: a failure in the table and the summary, not "interrupted".
-    from parity.report import summary_md, table_rows, to_json
+    from parity.report.files import summary_md, table_rows, to_json
     data = to_json([rep], device="cpu", profile="ci", tolerances="t")
     assert table_rows(data)[1][1] == "FAIL"
     assert "## `my_windowed_merge` failed" in summary_md(data) and "` interrupted" not in summary_md(data)
@@ -179,7 +180,7 @@ def _decode_rows_check(report, preexec):
     import threading
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--lowering", "decode_rows",
+    proc = subprocess.Popen([sys.executable, "-m", "parity.front.cli", "check", "--lowering", "decode_rows",
                              "--max-examples", "5000", "--no-isolate", "--device", "cpu", "--report", str(report)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec)
     lines: list[str] = []
@@ -193,14 +194,14 @@ def _decode_rows_check(report, preexec):
 
 def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_path):
     """A script's background job (and, on the H200, the command the device runs) starts with SIGINT ignored;
-    an ignored signal stays ignored (`parity.interrupt`), so `timeout -s INT` did not stop a single-process
+    an ignored signal stays ignored (`parity.exec.interrupt`), so `timeout -s INT` did not stop a single-process
     check there and the kill that followed lost its report (runs 40-41). The check says so at its start, and
     SIGTERM stops it with its report written (exit 143)."""
     import os
     import signal
     import time
 
-    from parity import interrupt
+    from parity.exec import interrupt
 
     assert interrupt.ignored_sigint_notice() is None  # SIGINT handled here (pytest's process): no notice
     report = tmp_path / "rep"
@@ -228,7 +229,7 @@ def test_a_check_started_with_sigint_ignored_says_so_and_stops_on_sigterm(tmp_pa
 def test_the_table_names_an_interruption_and_keeps_a_failure_a_failure():
     """`table_rows`: interrupted with no failure -> INTERRUPTED and the worst figures of what ran; interrupted
     after a failure -> FAIL with the failing case's figures; an entry from before the field -> FAIL."""
-    from parity.report import table_rows
+    from parity.report.files import table_rows
 
     base = {"status": "fail", "cases": 40, "judged": 40, "unsupported": 0, "failures": [], "worst_ulp": 1.5,
             "worst_rel_l2": 3e-3, "worst_margin": 0.4, "calls_checked": 40, "max_compiles": None, "interrupted": True}
@@ -248,7 +249,7 @@ def test_a_sigint_inherited_blocked_is_unblocked_while_the_check_runs(tmp_path):
     import os
     import signal
 
-    from parity import interrupt
+    from parity.exec import interrupt
 
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
@@ -288,7 +289,7 @@ def test_an_interrupt_between_or_inside_hypothesis_set_up_still_writes_the_parti
     import hypothesis
     import hypothesis.core
 
-    from parity import cli
+    from parity.front import cli
 
     module = hypothesis.core if where == "ConjectureRunner" else hypothesis
     real = getattr(module, where)

@@ -1,4 +1,4 @@
-"""`check --jobs N` (parity/jobs.py): lowerings checked side by side give the serial run's report."""
+"""`check --jobs N` (parity/exec/jobs.py): lowerings checked side by side give the serial run's report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli, jobs
+from parity.front import cli
+from parity.exec import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
@@ -69,7 +70,7 @@ def test_a_child_that_wrote_nothing_is_a_failed_entry(tmp_path):
     assert v["status"] == "fail" and v["cases"] == 0
     assert "killed by signal 9" in v["notes"][0] and "Segmentation fault" in v["notes"][0]
     assert "was never started (the run was interrupted first)" in data["lowerings"]["never"]["notes"][0]
-    from parity.report import junit_xml, summary_md
+    from parity.report.files import junit_xml, summary_md
     assert 'failures="2"' in junit_xml(data) and "FAIL" in summary_md(data)
 
 
@@ -86,15 +87,15 @@ def test_children_get_their_share_of_the_cores():
 def test_children_get_the_config_as_json():
     """A child's command line carries the run's whole config (plugins made absolute) and its one part: no
     option is re-spelled on the way."""
-    from parity.config import CheckConfig
-    from parity.session import Part
+    from parity.front.config import CheckConfig
+    from parity.front.session import Part
 
     config = CheckConfig(lowerings=("decode_rows", "sdpa"), plugins=("p.py",), profile="gpu", report="rep",
                          kernel_names_every=0, tolerances="t.toml", max_examples=500, seed=3, case_timeout=30.0,
                          hardening=False, warm_up=True, limits=("head_dims=128",), flaky_runs=2, jobs=4,
                          shards=("sdpa=2",), shard=(1, 3), gate_baseline="base", device="cuda")
     argv = jobs.child_argv(config, Part("sdpa", (1, 2)))
-    assert argv[1:4] == ["-m", "parity.session", "--part"]
+    assert argv[1:4] == ["-m", "parity.front.session", "--part"]
     spec = json.loads(argv[4])
     child = CheckConfig.from_json(spec["config"])
     assert spec["part"] == {"lowering": "sdpa", "shard": [1, 2]}
@@ -103,7 +104,7 @@ def test_children_get_the_config_as_json():
 
 
 def test_a_bad_part_spec_is_a_usage_error(capsys):
-    from parity.session import part_main
+    from parity.front.session import part_main
 
     assert part_main(["--part", '{"config": {"profile": "nope"}, "part": {"lowering": "x", "shard": null}}']) == 2
     assert "--profile: one of" in capsys.readouterr().err
@@ -116,8 +117,8 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
     least busy when it starts (the parent's own view stays whole), started fresh or forked from the prefork."""
     import types
 
-    from parity import gpus
-    from parity.config import CheckConfig
+    from parity.exec import gpus
+    from parity.front.config import CheckConfig
 
     monkeypatch.setattr(gpus, "visible_gpus", lambda: 3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6,7")
@@ -155,7 +156,7 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
 
 
 def test_report_json_keeps_flat_lists_on_one_line():
-    from parity.report import dumps
+    from parity.report.files import dumps
 
     data = {"a": [1, 2.5, "x"], "b": {"pages": [[3, 4], [5]], "e": {}, "n": None}, "c": []}
     text = dumps(data)
@@ -164,13 +165,13 @@ def test_report_json_keeps_flat_lists_on_one_line():
     assert text.splitlines()[1] == '  "a": [1, 2.5, "x"],'
 
 
-# --- --shards: one lowering's cases over several processes (parity/shards.py) -----------------------------
+# --- --shards: one lowering's cases over several processes (parity/exec/shards.py) -----------------------------
 
 def test_shards_run_each_case_of_the_serial_run_once():
     """Shard i of 3 runs the draws i, i+3, ...: together the three run the serial run's cases, once each."""
     import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     lw = lowerings.get("decode_rows")
@@ -200,7 +201,7 @@ class _Compiling:
         return getattr(self._lw, name)
 
     def run(self, inputs):
-        from parity.case_run import compile_family
+        from parity.engine.case_run import compile_family
 
         self.families.add(compile_family(self._lw, inputs.case))
         return self._lw.run(inputs)
@@ -211,10 +212,10 @@ def test_shards_of_a_compiling_lowering_split_its_families():
     only, the shards together run the serial run's cases once each, and the families compiled over all
     shards are the serial run's: 11 here, against 16 for the modulo split of the same draws."""
     import lowerings
-    from parity import policy
+    from parity.engine import policy
     from oracle.case import Case
-    from parity.case_run import compile_family
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine.case_run import compile_family
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     base = lowerings.get("decode_rows")
@@ -246,7 +247,7 @@ def test_shards_that_draw_different_cases_split_families_by_their_hash():
     import random
     from types import SimpleNamespace
 
-    from parity.sweep import shard_of_family, sharded_run_case
+    from parity.engine.sweep import shard_of_family, sharded_run_case
 
     lw = SimpleNamespace(name="x")
     families = [(k, "bf16", 128) for k in range(40)]
@@ -291,8 +292,8 @@ def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
 
 
 def test_merged_shards_add_up_and_keep_the_worst():
-    from parity import shards
-    from parity.outcome import LoweringReport
+    from parity.exec import shards
+    from parity.engine.outcome import LoweringReport
     from tests.parity.report_fixture import reports
 
     alpha, beta, _ = reports()
@@ -314,9 +315,10 @@ def test_merged_shards_add_up_and_keep_the_worst():
 def test_merged_shards_keep_every_per_lowering_key():
     """Both sides of the per-lowering entry survive a shard merge: judged and bounds (the tolerance entries),
     drawn and skipped (production scale), and each failure with its extras (figures, runs, classification)."""
-    from parity import drawn, shards
-    from parity.report import to_json
-    from parity.runner import LoweringReport
+    from parity.engine import drawn
+    from parity.exec import shards
+    from parity.report.files import to_json
+    from parity.engine.runner import LoweringReport
     from strategies import Limits, build_case
     from strategies._boundaries import _base, _keyed
 
@@ -354,8 +356,8 @@ def test_bad_shards_are_named(tmp_path, capsys, argv, says):
 def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
     """Shard 2 of 3 died without a part: the merged entry fails naming that shard and how it exited, and
     keeps the cases and figures of the two shards that wrote theirs."""
-    from parity import report
-    from parity.runner import LoweringReport
+    from parity.report import files as report
+    from parity.engine.runner import LoweringReport
 
     name = "decode_rows"
     header = {"schema": "dflash-parity/report", "version": 1, "device": "cuda", "profile": "gpu", "torch": "x",
@@ -374,7 +376,7 @@ def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
 def test_the_start_up_line_splits_a_childs_time_before_its_first_case():
     """Each phase's seconds run from its mark to the next; the total from the session's creation to the last mark
     (a phase named after the wrong interval, or the session's own time left out, shows here)."""
-    from parity.jobs import start_up_line
+    from parity.exec.jobs import start_up_line
 
     marks = [("load", 10.5), ("planning", 10.75), ("precompile", 12.0), ("warm-up", 12.25), ("", 14.0)]
     assert start_up_line("x [shard 1/2]", 10.0, marks) == (
@@ -384,7 +386,7 @@ def test_the_start_up_line_splits_a_childs_time_before_its_first_case():
 
 def test_a_jobs_child_says_where_its_start_up_went(tmp_path, capfd):
     """Each child's line, in its log (relayed to this process's stderr)."""
-    from parity import cli
+    from parity.front import cli
 
     code = cli.main(["check", "--device", "cpu", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples",
                      "2", "--no-hardening", "--no-isolate", "--jobs", "2", "--report", str(tmp_path)])

@@ -12,9 +12,9 @@ from lowerings import counters
 from lowerings.protocol import BASE_2, LoweringResult
 from lowerings.torch_emulation import DecodeRows, Sdpa
 from oracle import Case, attention, materialize
-from parity import policy as policy_mod
-from parity.judge import compare
-from parity.runner import RunOptions, run_case
+from parity.engine import policy as policy_mod
+from parity.engine.judge import compare
+from parity.engine.runner import RunOptions, run_case
 
 POL = policy_mod.load()
 TOL = POL.for_lowering("x", "bfloat16")
@@ -188,7 +188,7 @@ def test_fa2_lse_entry_still_catches_a_base_mix_up(ref, name, batch):
     reaches each built-in lowering that calls it (decode_rows[flashinfer] above B=32 only), passes the errors
     measured on the H200 and must not hide an LSE in the wrong base."""
     from lowerings import flashinfer as fp
-    from parity.runner import tolerance_for
+    from parity.engine.runner import tolerance_for
 
     adapter = {a.name: a for a in fp.adapters()}[name]
     case = CASE.replace(context_lens=(3,) * batch, block_size=1, pages=tuple((b,) for b in range(batch)),
@@ -206,7 +206,7 @@ def test_fa2_entry_applies_exactly_when_the_fa2_kernel_ran():
     """decode_rows[flashinfer] runs the CUDA-core decode kernel up to B=32 (the default bound, as measured)
     and the fa2 prefill kernel above it (the fa2 entry); the fa3 context never gets the fa2 entry."""
     from lowerings import flashinfer as fp
-    from parity.runner import tolerance_for
+    from parity.engine.runner import tolerance_for
 
     pol = policy_mod.load()
     for adapter, batch, label in ((fp.FlashinferDecodeRows(False), 32, "[defaults.bfloat16]"),
@@ -222,8 +222,8 @@ def test_fa2_entry_applies_exactly_when_the_fa2_kernel_ran():
 
 def test_phases_are_timed_and_reported():
     """Each case's wall time is split into phases (runner.PHASES); reports sum them per lowering."""
-    from parity.report import phase_line
-    from parity.runner import PHASES, LoweringReport
+    from parity.report.files import phase_line
+    from parity.engine.runner import PHASES, LoweringReport
 
     out = run_case(lowerings.get("decode_rows"), CASE, POL, RunOptions(), yardstick=lowerings.get("sdpa"))
     assert out.status == "pass"

@@ -1,4 +1,4 @@
-"""A case whose kernel names are read profiles its judged call itself (`parity.case_run`, `parity.hardening.KernelNames`):
+"""A case whose kernel names are read profiles its judged call itself (`parity.engine.case_run`, `parity.engine.hardening.KernelNames`):
 the names checked are those of the kernels whose output was judged, with no second run and no copy of the inputs.
 
 On the CPU there are no CUDA kernels, so these tests stand a recording profiler in for `KernelNames` and let a
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from lowerings.torch_emulation import DecodeRows
-from parity import case_run
-from parity import policy as parity_policy
-from parity.runner import RunOptions
+from parity.engine import case_run
+from parity.engine import policy as parity_policy
+from parity.engine.runner import RunOptions
 from tests.oracle.oracle_cases import build_case
 
 CASE = build_case((5, 40), 4, 2, 2, 64, 16)
@@ -40,7 +40,7 @@ class RecordingProfiler:
         self.seen = list(self.names)
 
     def failures(self, lowering, case):
-        from parity.hardening import kernel_name_failures
+        from parity.engine.hardening import kernel_name_failures
 
         return kernel_name_failures(lowering, case, self.seen or [])
 

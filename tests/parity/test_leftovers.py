@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import lowerings
-from parity import draw_ahead, hooks
+from parity.exec import draw_ahead, hooks
 from tests.parity.test_bad_inputs import GOOD, QUICK, quick_cases, write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,9 +62,9 @@ def _kill_session(sid: int) -> None:
 
 @contextlib.contextmanager
 def check_process(*argv, env: dict[str, str] | None = None):
-    """`python -m parity.cli check ...` in a session of its own, its output to pipes; killed with whatever it
+    """`python -m parity.front.cli check ...` in a session of its own, its output to pipes; killed with whatever it
     left when the block ends."""
-    proc = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", *map(str, argv)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "parity.front.cli", "check", *map(str, argv)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, **(env or {})})
     try:

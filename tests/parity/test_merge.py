@@ -1,5 +1,5 @@
 """A run split over machines: `check --shard I/S` on each, `dflash-parity merge` of their reports
-(parity/merge.py), compared with the serial run; the refusals of shards that are not one run's."""
+(parity/report/merge.py), compared with the serial run; the refusals of shards that are not one run's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli
+from parity.front import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANT = ROOT / "examples" / "plugin_window_off_by_one.py"
@@ -130,7 +130,7 @@ def test_shards_that_are_not_one_run_are_refused(runs, capsys, which, says):
 def test_a_failure_found_by_two_shards_is_copied_from_a_shard_that_found_it(tmp_path):
     """Shards 0 and 1 shrank to case A, shard 2 to case B: the merged report has A and B once each, and
     B's file is shard 2's (each shard numbers its own failures from 1)."""
-    from parity.merge import copy_failures
+    from parity.report.merge import copy_failures
 
     cases = {"A": {"seed": 1}, "B": {"seed": 2}}
     for shard, name in enumerate("AAB"):

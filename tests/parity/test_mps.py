@@ -1,4 +1,4 @@
-"""`check --jobs N --mps` (parity/mps.py): a private CUDA MPS daemon started, probed and stopped around the
+"""`check --jobs N --mps` (parity/exec/mps.py): a private CUDA MPS daemon started, probed and stopped around the
 children; a daemon already running used and left alone; every failure a line that says why, the run going on
 without MPS. The daemon here is a fake `nvidia-cuda-mps-control` on PATH that logs what it was asked."""
 
@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from oracle.errors import InvalidInput
-from parity import cli, jobs, mps
-from parity.config import CheckConfig
+from parity.front import cli
+from parity.exec import jobs, mps
+from parity.front.config import CheckConfig
 from tests.plugin_runs import runpytest
 
 pytest_plugins = ["pytester"]
@@ -194,7 +195,7 @@ def test_pytest_controller_exports_the_daemon_to_its_workers_until_the_session_c
     the session's held resources close (sessionfinish / unconfigure)."""
     import contextlib
 
-    from parity import pytest_plugin
+    from parity.front import pytest_plugin
 
     monkeypatch.setattr(mps, "PROBE", PROBE_OK)
     own = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
@@ -213,7 +214,7 @@ def test_pytest_controller_exports_the_daemon_to_its_workers_until_the_session_c
 
 
 def test_the_summary_settings_line_says_what_mps_did():
-    from parity.report import settings_line
+    from parity.report.files import settings_line
 
     data = {"settings": {"seed": 3, "max_examples": 10, "hardening": True, "isolation": True}}
     assert "MPS" not in settings_line(data)

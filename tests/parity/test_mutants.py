@@ -22,8 +22,8 @@ from lowerings.protocol import protocol_violations
 from lowerings.torch_emulation import Context, DecodeRows, WindowedMerge, causal_decode_part_a
 from oracle.case import Case
 from oracle.inputs import materialize
-from parity import policy as parity_policy
-from parity.runner import LoweringReport, RunOptions, check_lowering
+from parity.engine import policy as parity_policy
+from parity.engine.runner import LoweringReport, RunOptions, check_lowering
 from strategies import Limits, build_case, cases, profile_settings
 from tests import mutant_bases as MB, mutants as M, production_mutants as PM
 

@@ -1,4 +1,4 @@
-"""A case that runs out of device memory is judged again alone (`parity.case_run.run_case`), never failed for it:
+"""A case that runs out of device memory is judged again alone (`parity.engine.case_run.run_case`), never failed for it:
 on a GPU shared by `check --jobs N` processes, one process's allocation can fail because of what the others hold.
 Out of memory again, alone: a failure that says so. Any other exception stays the lowering's failure."""
 
@@ -15,11 +15,12 @@ import torch
 
 from lowerings.torch_emulation import DecodeRows
 from oracle import reference
-from parity import case_run, memory
-from parity import policy as parity_policy
-from parity.outcome import LoweringReport
-from parity.report import summary_md, to_json
-from parity.runner import RunOptions
+from parity.engine import case_run
+from parity.exec import memory
+from parity.engine import policy as parity_policy
+from parity.engine.outcome import LoweringReport
+from parity.report.files import summary_md, to_json
+from parity.engine.runner import RunOptions
 from tests.oracle.oracle_cases import build_case
 
 OOM = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
@@ -118,7 +119,7 @@ def test_the_lease_alone_waits_for_every_other_lease(tmp_path, monkeypatch):
 def test_a_large_case_leases_the_input_sets_it_holds_at_once(tmp_path, monkeypatch):
     """`footprint.lease_bytes`: with hardening, the inputs, the snapshot and one re-run's inputs (plus the lowering's
     copy, the oracle and the yardstick), not the five sets `run_bytes` budgets a draw for; `device_lease` leases it."""
-    from parity import footprint
+    from oracle import footprint
 
     big = build_case((40000, 40000), 16, 8, 4, 128, 16)
     plain = footprint.lease_bytes(big, hardening=False)
@@ -145,7 +146,7 @@ def test_the_held_sets_are_what_the_hardening_holds(policy, monkeypatch):
 
     from lowerings.protocol import LoweringResult
     from oracle.inputs import Inputs
-    from parity import footprint
+    from oracle import footprint
 
     most = [0]
 

@@ -1,4 +1,4 @@
-"""The outcome model (parity/outcome.py): one JSON form, one merge, non-finite figures keep their sign."""
+"""The outcome model (parity/engine/outcome.py): one JSON form, one merge, non-finite figures keep their sign."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from parity import outcome
-from parity.outcome import LoweringReport
+from parity.engine import outcome
+from parity.engine.outcome import LoweringReport
 from tests.parity import report_fixture
 
 BEFORE = Path(__file__).parent / "data" / "report_before.json"

@@ -22,10 +22,11 @@ import lowerings
 from lowerings import NO_LSE, LoweringResult, Partial, registry
 from lowerings.protocol import BASE_E, protocol_violations, returns_lse
 from lowerings.torch_emulation import WindowedMerge
-from parity import cli, lse_report
-from parity import policy as parity_policy
-from parity.pytest_parts import failure_text
-from parity.runner import RunOptions, check_lowering, run_case
+from parity.front import cli
+from parity.report import lse as lse_report
+from parity.engine import policy as parity_policy
+from parity.front.pytest_parts import failure_text
+from parity.engine.runner import RunOptions, check_lowering, run_case
 from strategies import Limits, build_case, cases, profile_settings
 from tests.mutant_bases import ContextMutant, context_read
 from tests.plugin_runs import assert_outcomes, runpytest

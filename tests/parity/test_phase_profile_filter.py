@@ -21,8 +21,8 @@ def _script():
 
 def test_only_long_cases_are_judged():
     import lowerings
-    from parity import policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy
+    from parity.engine.runner import RunOptions, check_lowering
     from strategies import cases, profile_settings
 
     base = lowerings.get("decode_rows")
@@ -40,12 +40,12 @@ def test_only_long_cases_are_judged():
 
 
 def test_case_run_observers_see_every_phase_and_wrap_the_case(monkeypatch):
-    """`parity.case_run.phase_observer` gets each phase block's seconds (summing to the outcome's phases) and
+    """`parity.engine.case_run.phase_observer` gets each phase block's seconds (summing to the outcome's phases) and
     `around_case` wraps the judged run (its return is the outcome): what the phase profile's per-case time line
     and memory peaks are built on. Neither changes the verdict."""
     import lowerings
-    from parity import case_run, policy
-    from parity.runner import RunOptions
+    from parity.engine import case_run, policy
+    from parity.engine.runner import RunOptions
     from tests.oracle.oracle_cases import build_case
 
     case = build_case((5, 40), 4, 2, 2, 64, 16)

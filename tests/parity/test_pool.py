@@ -1,4 +1,4 @@
-"""`parity.pool`: each ended child's exit code and its CPU seconds (`cpu_seconds`), what `check --jobs` prints
+"""`parity.exec.pool`: each ended child's exit code and its CPU seconds (`cpu_seconds`), what `check --jobs` prints
 per job ("done in 23.8 s, 21.0 s of CPU"): a job whose CPU time is near its wall time waits on nothing but
 the cores."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from parity import pool
+from parity.exec import pool
 
 BURN = "import time, sys\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\nsys.exit(3)"
 SLEEP = "import time; time.sleep(0.4)"
@@ -37,7 +37,7 @@ def test_a_child_reaped_elsewhere_has_no_cpu_seconds():
 
 
 def test_the_cpu_line_gives_the_sum_the_share_and_the_floor():
-    from parity.jobs import cpu_line
+    from parity.exec.jobs import cpu_line
 
     line = cpu_line([18.0, 34.7, 30.0], 35.7, 16)
     assert line == "3 process(es) used 82.7 s of CPU in 35.7 s: 14% of 16 cores; 5.2 s at best on these cores"
@@ -47,7 +47,7 @@ def test_the_cpu_line_gives_the_sum_the_share_and_the_floor():
 
 
 def test_a_jobs_run_prints_each_childs_cpu_seconds_and_their_sum(tmp_path, capsys):
-    from parity import cli
+    from parity.front import cli
 
     code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "3", "--no-isolate",
                      "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
@@ -64,7 +64,7 @@ def test_an_isolated_jobs_run_counts_its_workers_cpu(tmp_path, capsys):
     """Isolated workers are a fork server's children, not the check child's: the child writes their CPU
     seconds next to its part and the parent adds them (else an isolated run looked idle: 7 s of CPU in a
     60 s job, H200 run 63)."""
-    from parity import cli
+    from parity.front import cli
 
     code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "3",
                      "--device", "cpu", "--jobs", "2", "--report", str(tmp_path)])
@@ -87,7 +87,8 @@ def test_an_isolated_check_launches_its_fork_server_before_the_warm_up(tmp_path)
 
     code = f"""
 import multiprocessing.forkserver as fs
-from parity import cli, warmup
+from parity.front import cli
+from parity.exec import warmup
 seen = []
 real = warmup.warm_up_lowering
 def warm_up(*args, **kw):
@@ -110,7 +111,7 @@ def test_a_zombie_is_not_alive():
     import os
     import time
 
-    from parity.pool import process_alive
+    from parity.exec.pool import process_alive
 
     pid = os.fork()
     if pid == 0:

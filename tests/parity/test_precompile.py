@@ -1,4 +1,4 @@
-"""`parity.precompile`: the oracle's and the case builder's Triton variants, compiled before a check's first case.
+"""`parity.exec.precompile`: the oracle's and the case builder's Triton variants, compiled before a check's first case.
 
 - The variants it goes over cover every launch of the oracle's kernel that drawn cases make (the `gpu` profile's
   limits, the production rows), and the check fails when they do not (a narrower list).
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 import lowerings
 from oracle import materialize
-from parity import precompile as pc
+from parity.exec import precompile as pc
 from strategies import MODELS, cases, limits_for
 
 PROD_OFF = dict(max_production_context=0, max_production_batch=2, models=())
@@ -173,7 +173,7 @@ def fake_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     """`precompile` on "cuda" with the units faked: `runs` records them; a unit named in `busy` raises Busy the
     first time, one in `broken` raises an error."""
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(pc, "_capability", lambda device: "(9, 0)")
@@ -241,7 +241,7 @@ def test_a_process_compiles_what_is_free_before_it_pauses_and_never_blocks(fake_
 def test_run_pending_pauses_for_held_units_unless_told_to_leave_them():
     """`run_pending`'s own way (`leave_held=False`, the schedule simulation's): the pause doubles while only held
     units are left."""
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     busy = {"a": 3}
     runs, sleeps = [], []
@@ -304,7 +304,7 @@ def test_variants_other_processes_compiled_are_not_loaded_here(fake_gpu, monkeyp
 
 
 def test_no_progress_for_wait_s_falls_back_to_waiting(fake_gpu, monkeypatch):
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     lim = _limits()
     units = [(k, c.to_json(None)) for k, c in pc.variant_cases(lim)]
@@ -374,7 +374,7 @@ def test_a_precompile_that_raises_never_stops_the_check(monkeypatch):
 
 
 def test_not_waiting_raises_busy_on_a_held_kernel_only(tmp_path, monkeypatch):
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
     from tests.parity.test_shared_compiles import _holder
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
@@ -401,8 +401,8 @@ def test_not_waiting_raises_busy_on_a_held_kernel_only(tmp_path, monkeypatch):
 def test_a_jobs_child_precompiles_before_its_first_case(part, workers, monkeypatch):
     """A `--jobs` child, or a pytest-xdist worker beside others (the plugin's sessions), precompiles; a lone check
     compiles as its cases need (it has no sibling to share the compiles with, and may draw few cases)."""
-    from parity import session
-    from parity.config import CheckConfig
+    from parity.front import session
+    from parity.front.config import CheckConfig
 
     calls = []
     monkeypatch.setattr(pc, "precompile", lambda limits, device, start="", **kw: calls.append((device, start))

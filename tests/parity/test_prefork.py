@@ -1,4 +1,4 @@
-"""`--jobs-start prefork` (parity/prefork.py): `--jobs` children forked from one process that imported once.
+"""`--jobs-start prefork` (parity/exec/prefork.py): `--jobs` children forked from one process that imported once.
 
 Each check fails when the prefork is wrong in the way it names: a report that differs from fresh
 interpreters', an import that initialized CUDA let through, a child's death or CPU seconds lost, a prefork
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from parity import jobs, prefork
+from parity.exec import jobs, prefork
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("seconds", "phase_seconds")  # the fields of an entry that time the run
@@ -23,7 +23,7 @@ TIMING = ("seconds", "phase_seconds")  # the fields of an entry that time the ru
 
 def run_two_jobs(report: Path, capsys) -> tuple[int, str]:
     """`check` of sdpa and decode_rows, 2 draws each, in process, `--jobs 2` on CPU: (exit code, all it said)."""
-    from parity import cli
+    from parity.front import cli
 
     code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
                      "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(report)])
@@ -39,7 +39,7 @@ def _figures(report: Path) -> dict:
 
 
 def test_forked_children_write_the_report_fresh_interpreters_write(tmp_path, capsys):
-    from parity import cli
+    from parity.front import cli
 
     said = {}
     for how in ("spawn", "prefork"):
@@ -62,7 +62,7 @@ def test_the_preload_holds_what_the_profilers_first_start_imports():
     import subprocess
 
     code = ("import os, sys, importlib\n"
-            "from parity.prefork import PRELOAD\n"
+            "from parity.exec.prefork import PRELOAD\n"
             "[importlib.import_module(m) for m in PRELOAD if m.startswith('torch')]\n"
             "import torch.profiler as tp\n"
             "before = set(sys.modules)\n"
@@ -162,13 +162,13 @@ def test_a_forked_childs_exit_code_cpu_and_output_come_back(tmp_path):
     try:
         assert pf.ready_cpu > 0 and "torch" in pf.modules
         log = _log(tmp_path, "bad")
-        child = pf.spawn([sys.executable, "-m", "parity.session", "--part", "{not json"], dict(os.environ), log)
+        child = pf.spawn([sys.executable, "-m", "parity.front.session", "--part", "{not json"], dict(os.environ), log)
         assert child.wait(60) == 2
-        from parity import pool
+        from parity.exec import pool
 
         assert pool.cpu_seconds(child) is not None and pool.cpu_seconds(child) >= 0
         log2 = _log(tmp_path, "usage")
-        child2 = pf.spawn([sys.executable, "-m", "parity.session"], dict(os.environ), log2)
+        child2 = pf.spawn([sys.executable, "-m", "parity.front.session"], dict(os.environ), log2)
         assert child2.wait(60) == 2  # no --part: the usage line, exit 2 (EXIT_USAGE)
     finally:
         pf.close()
@@ -184,9 +184,9 @@ PLUGIN = ("import os, time\nfrom lowerings import register\nfrom lowerings.torch
 
 
 def _part_argv(tmp_path: Path, examples: int) -> list[str]:
-    """The argv `parity.jobs.child_argv` gives a child checking the plugin lowering `probe` on cpu."""
-    from parity.config import CheckConfig
-    from parity.session import Part
+    """The argv `parity.exec.jobs.child_argv` gives a child checking the plugin lowering `probe` on cpu."""
+    from parity.front.config import CheckConfig
+    from parity.front.session import Part
 
     plugin = tmp_path / "probe_plugin.py"
     plugin.write_text(PLUGIN)
@@ -249,8 +249,8 @@ def _alive(pid: int) -> bool:
 
 # ---- children never outlive the run, started either way --------------------------------------------------
 def _children_of(report: Path | None, parent: int) -> list[int]:
-    """Pids of the `check --jobs` children writing into `report`: started as `parity.session --part SPEC`
-    (`--jobs-start spawn`), or forked by the prefork (`python -m parity.prefork`) that `parent` started
+    """Pids of the `check --jobs` children writing into `report`: started as `parity.front.session --part SPEC`
+    (`--jobs-start spawn`), or forked by the prefork (`python -m parity.exec.prefork`) that `parent` started
     (`report` None: the prefork's pid, if any)."""
     procs: dict[int, tuple[list[bytes], int]] = {}
     for p in Path("/proc").iterdir():
@@ -261,7 +261,7 @@ def _children_of(report: Path | None, parent: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             procs[int(p.name)] = (cmd, ppid)
-    preforks = {pid for pid, (cmd, ppid) in procs.items() if b"parity.prefork" in cmd and ppid == parent}
+    preforks = {pid for pid, (cmd, ppid) in procs.items() if b"parity.exec.prefork" in cmd and ppid == parent}
     if report is None:
         return sorted(preforks)
     return [pid for pid, (cmd, ppid) in procs.items()
@@ -282,7 +282,7 @@ def test_jobs_children_do_not_outlive_a_sigterm_to_the_parent(tmp_path, how):
     plugin = tmp_path / "slow.py"
     plugin.write_text(SLOW)
     report = tmp_path / "r"
-    parent = subprocess.Popen([sys.executable, "-m", "parity.cli", "check", "--plugin", str(plugin), "--lowering",
+    parent = subprocess.Popen([sys.executable, "-m", "parity.front.cli", "check", "--plugin", str(plugin), "--lowering",
                                "slow_a", "--lowering", "slow_b", "--jobs", "2", "--jobs-start", how, "--no-isolate",
                                "--max-examples", "1000", "--device", "cpu", "--quiet", "--report", str(report)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

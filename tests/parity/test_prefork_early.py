@@ -1,4 +1,4 @@
-"""The prefork launched when `check --jobs N` starts (`parity.cli.launch_prefork_early`, `parity.prefork.start_early`).
+"""The prefork launched when `check --jobs N` starts (`parity.front.cli.launch_prefork_early`, `parity.exec.prefork.start_early`).
 
 Run 67: the prefork's 8.7 s of imports came after the parent's own, before the first child. Launched first, they
 overlap (run 68: the run waited 4.1 s for it, not 8.0). Each check fails when the early launch is wrong in the
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from parity import cli, prefork
+from parity.front import cli
+from parity.exec import prefork
 from tests.parity.test_prefork import run_two_jobs
 
 
@@ -28,8 +29,8 @@ def test_the_prefork_is_launched_early_only_for_a_check_with_jobs_that_forks(arg
     monkeypatch.setattr(prefork, "start_early", lambda env: got.append(env) or object())
     assert cli.launch_prefork_early(argv) is launched
     assert bool(got) is launched
-    if launched:  # the children's environment (thread caps), as `parity.jobs.run_jobs` gives it
-        from parity import pool
+    if launched:  # the children's environment (thread caps), as `parity.exec.jobs.run_jobs` gives it
+        from parity.exec import pool
 
         assert got[0] == pool.child_env(int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else 3)
 

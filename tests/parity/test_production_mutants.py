@@ -13,9 +13,9 @@ import time
 import pytest
 
 import lowerings
-from parity import cli
-from parity import policy as parity_policy
-from parity.runner import RunOptions, check_lowering
+from parity.front import cli
+from parity.engine import policy as parity_policy
+from parity.engine.runner import RunOptions, check_lowering
 from strategies import check_cases, profile_settings
 from tests import mutants as M
 
@@ -69,7 +69,7 @@ def test_production_mutant_is_caught_and_shrunk_by_the_default_ci_profile(name, 
     msgs = [m for f in rep.failures for m in f.outcome.failures]
     assert any(phrase in m for m in msgs), msgs
     assert rep.failures[0].shrunk and shrunk_ok(case), f"{name}: shrunk to {case.short()}"
-    # re-run and named like any failure (parity.flakiness), a boundary case's too
+    # re-run and named like any failure (parity.engine.flakiness), a boundary case's too
     assert rep.failures[0].classification.runs_line == "failed 4 of 4 runs", rep.failures[0].classification
 
 

@@ -14,12 +14,14 @@ from lowerings import torch_emulation as te
 from lowerings.protocol import LoweringResult
 from oracle.case import Case
 from oracle.inputs import materialize
-from parity import drawn, footprint, memory
-from parity import policy as parity_policy
-from parity.report import summary_md, to_json, write_reports
-from parity.hardening import negate_context
-from parity.runner import RunOptions, check_lowering, run_case
-from parity.shards import merge_entries
+from parity.engine import drawn
+from oracle import footprint
+from parity.exec import memory
+from parity.engine import policy as parity_policy
+from parity.report.files import summary_md, to_json, write_reports
+from parity.engine.hardening import negate_context
+from parity.engine.runner import RunOptions, check_lowering, run_case
+from parity.exec.shards import merge_entries
 from strategies import build_case, check_cases, profile_settings
 from tests import mutants as M
 
@@ -187,7 +189,7 @@ def _drawn_cases(policy, lowering) -> list[str]:
     class Record:
         def run(self, name, case):
             seen.append(case.to_json(indent=None))
-            from parity.runner import CaseOutcome
+            from parity.engine.runner import CaseOutcome
             return CaseOutcome(name, case, "pass")
 
     plan = check_cases(lowering, "cpu", profile="ci")

@@ -106,7 +106,7 @@ def test_the_report_is_the_cli_report_and_xdist_workers_merge_into_it(pytester, 
     """`pytest -n 2 --parity-report DIR` (each lowering split into two shard items, one per worker) writes
     the files `check` writes, with the verdicts, counts and worst figures of a serial `check` of the same
     seed, and the shrunk failure; a second run replays the saved failure first."""
-    from parity import cli
+    from parity.front import cli
 
     common = ["--max-examples", "8", "--profile", "ci", "--device", "cpu", "--seed", "11", "--flaky-runs", "0",
               "--limit", "max_batch=2", "--limit", "max_context=64", "--limit", "max_production_context=0"]
@@ -205,7 +205,7 @@ def test_a_foreign_suite_runs_as_without_the_plugin(pytester, monkeypatch):
 
 def test_library_logs_below_warning_are_dropped_during_a_sweep(caplog):
     """What flashinfer or torch log at INFO while a parity check runs does not reach the failure's report."""
-    from parity.pytest_parts import quiet_library_logs
+    from parity.front.pytest_parts import quiet_library_logs
 
     caplog.set_level(logging.DEBUG)
     with quiet_library_logs():
@@ -218,8 +218,8 @@ def test_library_logs_below_warning_are_dropped_during_a_sweep(caplog):
 def test_xdist_shard_items_spread_each_lowering_over_the_workers():
     """Under `pytest -n 4` each lowering's test is four shard items; item j runs shard (j, 4) of the serial
     run's cases, composed with a machine's `--parity-shard I/S` as (I + S*j, S*4)."""
-    from parity.pytest_parts import lowering_params
-    from parity.session import compose
+    from parity.front.pytest_parts import lowering_params
+    from parity.front.session import compose
 
     params = lowering_params(["a", "b"], 4)
     assert [p.id for p in params][:5] == ["a-shard1of4", "a-shard2of4", "a-shard3of4", "a-shard4of4", "b-shard1of4"]
@@ -238,8 +238,8 @@ def test_gpu_pinning_and_the_profile_only_in_a_session_that_uses_the_plugin(pyte
 
     from hypothesis import settings
 
-    from parity import gpus
-    from parity import pytest_plugin as plug
+    from parity.exec import gpus
+    from parity.front import pytest_plugin as plug
 
     pinned, before = [], settings._current_profile
     monkeypatch.setattr(gpus, "pin_xdist_worker", pinned.append)

@@ -1,4 +1,4 @@
-"""The case reducer (`parity.reduce`): the shrinker of the `scale` profile, where hypothesis's costs hundreds
+"""The case reducer (`parity.engine.reduce`): the shrinker of the `scale` profile, where hypothesis's costs hundreds
 of production-scale cases. Its cuts keep a case valid and its values in place; it lands on one request and
 the exact failing length; a bug that needs the large pool keeps it; its step budget holds; and run by
 `check_lowering` (hypothesis's shrink phase off) it shrinks a real lowering's failure on the CPU."""
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, Phase, settings
 
 from oracle.case import Case, pages_needed
 from oracle.inputs import materialize
-from parity.outcome import CaseOutcome
-from parity.reduce import compact_pool, drop_requests, drop_spare_pages, reduce_failure, shorten_request
+from parity.engine.outcome import CaseOutcome
+from parity.engine.reduce import compact_pool, drop_requests, drop_spare_pages, reduce_failure, shorten_request
 from strategies import PROFILES, Limits, cases, profile_settings
 
 
@@ -111,8 +111,8 @@ def test_check_lowering_reduces_when_hypothesis_does_not_shrink():
     """A CPU mutant that reads a wrong page once a page id passes 40 (a wrapped offset in a large pool):
     hypothesis's shrink phase off, the case reducer shrinks it to one request and keeps the pool; a
     control with hypothesis's shrinker on runs no reducer."""
-    from parity import policy as parity_policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy as parity_policy
+    from parity.engine.runner import RunOptions, check_lowering
     from tests.mutant_bases import ContextMutant, context_read
 
     class PageIdWraps(ContextMutant):
@@ -189,11 +189,11 @@ def _exiting_reducer(outcome, judge):
 def test_in_check_lowering_sigint_and_exit_keep_the_failure(monkeypatch, reducer, phrase, interrupted):
     """`check_lowering` with the reducer: SIGINT in a step keeps the failure, marked interrupted and not
     shrunk; a plugin's SystemExit keeps it as found, with a note."""
-    from parity import policy as parity_policy
-    from parity.runner import RunOptions, check_lowering
+    from parity.engine import policy as parity_policy
+    from parity.engine.runner import RunOptions, check_lowering
     from tests import mutants as M
 
-    monkeypatch.setattr("parity.reduce.reduce_failure", reducer)
+    monkeypatch.setattr("parity.engine.reduce.reduce_failure", reducer)
     lw = M.WindowLeftW()
     no_shrink = settings(phases=[Phase.explicit, Phase.generate], max_examples=40, derandomize=True, database=None,
                          deadline=None, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))

@@ -1,4 +1,4 @@
-"""`parity.shared_compiles`: processes that miss the same Triton kernel compile it once between them.
+"""`parity.exec.shared_compiles`: processes that miss the same Triton kernel compile it once between them.
 
 The first test compiles a real kernel for an SM90 target in three processes at once (Triton compiles without a
 GPU; only running a kernel needs one) and counts the compiles: one with the shared cache, three with a mutant that
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from parity import shared_compiles
+from parity.exec import shared_compiles
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ _COMPILER = textwrap.dedent('''
     import triton, triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     if sys.argv[2] == "mutant":  # run 76's A side: never waits, so every process that misses compiles
         from unshared_compile_cache import UnsharedCompileCache as Base
@@ -103,7 +103,7 @@ def test_three_processes_compile_a_kernel_once(tmp_path):
 
 _HOLDER = textwrap.dedent('''
     import os, sys, time
-    from parity.shared_compile_cache import SharedCompileCache
+    from parity.exec.shared_compile_cache import SharedCompileCache
     m = SharedCompileCache("KEY")
     assert m.get_group("k.json") is None
     print("held", flush=True)
@@ -134,7 +134,7 @@ def _holder(tmp_path: Path, how: str, seconds: float = 0.0) -> subprocess.Popen:
 
 
 def test_a_waiter_loads_what_the_owner_stored(tmp_path, cache_dir):
-    from parity.shared_compile_cache import SharedCompileCache
+    from parity.exec.shared_compile_cache import SharedCompileCache
 
     holder = _holder(tmp_path, "store", 1.0)
     try:
@@ -149,7 +149,7 @@ def test_a_waiter_loads_what_the_owner_stored(tmp_path, cache_dir):
 
 
 def test_a_dead_owner_frees_the_lock(tmp_path, cache_dir):
-    from parity.shared_compile_cache import SharedCompileCache
+    from parity.exec.shared_compile_cache import SharedCompileCache
 
     holder = _holder(tmp_path, "die")
     holder.wait()
@@ -160,7 +160,7 @@ def test_a_dead_owner_frees_the_lock(tmp_path, cache_dir):
 
 
 def test_a_waiter_gives_up_after_wait_s(tmp_path, cache_dir, monkeypatch):
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     monkeypatch.setattr(scc, "WAIT_S", 0.3)
     holder = _holder(tmp_path, "hold", 30.0)
@@ -176,7 +176,7 @@ def test_a_waiter_gives_up_after_wait_s(tmp_path, cache_dir, monkeypatch):
 
 
 def test_a_dropped_manager_frees_the_lock_and_a_process_never_waits_for_itself(cache_dir, monkeypatch):
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     monkeypatch.setattr(scc, "WAIT_S", 5.0)
     first = scc.SharedCompileCache("KEY")
@@ -193,7 +193,7 @@ def test_a_dropped_manager_frees_the_lock_and_a_process_never_waits_for_itself(c
 
 
 def test_the_launcher_module_path_holds_until_its_file_is_put(cache_dir):
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     m = scc.SharedCompileCache("LAUNCH")
     assert m.get_file("launcher.so") is None and m._fd is not None
@@ -226,7 +226,7 @@ def test_triton_takes_the_spec():
 def test_a_kernel_group_stays_locked_until_the_group_is_stored(cache_dir):
     """Triton puts a kernel's metadata under the group's own name (`k.json`) before `put_group`: the lock is kept
     across that put (released there, a process that missed in between found no group and compiled again)."""
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     m = scc.SharedCompileCache("GROUP")
     assert m.get_group("k.json") is None and m._fd is not None
@@ -240,7 +240,7 @@ def test_a_kernel_group_stays_locked_until_the_group_is_stored(cache_dir):
 def test_the_compile_log_says_who_what_how_long_and_when(tmp_path, monkeypatch):
     """`$DFLASH_PARITY_COMPILE_LOG`: one line per compile or wait, `pid what KEY/FILE seconds end` (the end in Unix
     seconds: a cold run's compiles laid on its time line, docs/gpu/runs/89-*)."""
-    from parity import shared_compile_cache as scc
+    from parity.exec import shared_compile_cache as scc
 
     log = tmp_path / "compiles.log"
     monkeypatch.setenv(scc.LOG_ENV, str(log))

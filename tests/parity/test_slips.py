@@ -1,11 +1,11 @@
-"""A failure that slips while shrinking (issue 47, point 7; `parity.slips`): a lowering with two bugs whose
+"""A failure that slips while shrinking (issue 47, point 7; `parity.engine.slips`): a lowering with two bugs whose
 shrink starts from a failure of one and ends on a case of the other reports both, each with its own
 replayable case file and messages, and says so in the notes (console, `summary.md`, pytest's message).
 
 The two-bug lowering: the output of a context of 32 keys or more is off (bug A: `output`); a shorter,
 non-empty context whose value seed is 0 takes a fallback kernel (bug B: `kernel calls`). The derandomized
 search meets bug A first (a long context); its shrink takes the seed to 0 (bug A does not need another)
-and tries shorter contexts, which then fail for bug B, and follows them: before `parity.slips`, the
+and tries shorter contexts, which then fail for bug B, and follows them: before `parity.engine.slips`, the
 check reported bug B alone and bug A was lost.
 """
 
@@ -22,14 +22,15 @@ from hypothesis.database import InMemoryExampleDatabase
 import lowerings
 from lowerings import counters, registry
 from oracle.case import Case, pages_needed
-from parity import cli, slips
-from parity import policy as parity_policy
-from parity.hardening import output_buffer_failures  # noqa: F401  (the producer of the "output buffers" lines)
-from parity.judge import Comparison
-from parity.pytest_parts import failure_text
-from parity.report import plugin_records, replay_args, write_reports
-from parity.result_bits import nondeterminism_message
-from parity.runner import CaseOutcome, RunOptions, check_lowering
+from parity.front import cli
+from parity.engine import slips
+from parity.engine import policy as parity_policy
+from parity.engine.hardening import output_buffer_failures  # noqa: F401  (the producer of the "output buffers" lines)
+from parity.engine.judge import Comparison
+from parity.front.pytest_parts import failure_text
+from parity.report.files import plugin_records, replay_args, write_reports
+from parity.engine.result_bits import nondeterminism_message
+from parity.engine.runner import CaseOutcome, RunOptions, check_lowering
 
 pytestmark = pytest.mark.usefixtures("restore_registry", "single_threaded_torch")  # tests/conftest.py
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parity import cli
+from parity.front import cli
 
 from tests.parity.full_disk import full_disk
 
@@ -101,8 +101,8 @@ def test_a_read_only_directory_says_its_verdict_is_stale_and_the_gate_can_refuse
     import errno
     import os
 
-    from parity import provenance
-    from parity import report_dir as report_dir_mod
+    from parity.report import provenance
+    from parity.report import directory as report_dir_mod
 
     d = _previous_run_in(passing, tmp_path)
     real_open = os.open

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from oracle.errors import InvalidInput
-from parity import cli
-from parity.config import CheckConfig, default_threads
-from parity.jobs import child_argv
-from parity.session import CheckSession, Part
+from parity.front import cli
+from parity.front.config import CheckConfig, default_threads
+from parity.exec.jobs import child_argv
+from parity.front.session import CheckSession, Part
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
 

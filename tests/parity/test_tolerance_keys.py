@@ -24,9 +24,9 @@ from lowerings import counters
 from lowerings import flashinfer as fp
 from lowerings.protocol import protocol_violations
 from oracle.errors import InvalidInput
-from parity import cli
-from parity import policy as policy_mod
-from parity.runner import RunOptions, run_case
+from parity.front import cli
+from parity.engine import policy as policy_mod
+from parity.engine.runner import RunOptions, run_case
 from strategies import build_case
 from tests.lowerings.test_flashinfer_adapters import FakeDecodeWrapper, FakePrefillWrapper, install_fake_flashinfer
 
@@ -300,9 +300,9 @@ def test_check_reports_entries_used_and_an_entry_that_matched_nothing(tmp_path, 
 
 
 def test_shards_merge_their_bounds():
-    from parity.shards import merge_entries
-    from parity.report import to_json
-    from parity.runner import LoweringReport
+    from parity.exec.shards import merge_entries
+    from parity.report.files import to_json
+    from parity.engine.runner import LoweringReport
 
     a = to_json([LoweringReport("x", "cpu", "pass", cases=3, bounds={FA2: {"cases": 3, "why": "w"}})],
                 device="cpu", profile="ci", tolerances="t")["lowerings"]["x"]
@@ -320,7 +320,7 @@ def test_the_measured_fa2_kernel_entries_still_fail_a_base_mix_up(dtype):
 
     import torch
 
-    from parity.judge import compare
+    from parity.engine.judge import compare
 
     tol, src = policy_mod.load().for_case("my_lowering", dtype, {"BatchPrefillWithPagedKVCacheKernel": "ran"})
     assert src.entries == (FA2 if dtype == "bfloat16" else FA2_FP16,)
@@ -369,7 +369,7 @@ def test_the_fa2_kernel_bound_passes_the_measured_errors_and_fails_a_bug_sized_o
     same term (42.6 bf16 ulps at |LSE| 25,613.5, 28.9 fp16 ulps at 469.8): the relative L2 bound binds there."""
     import torch
 
-    from parity.judge import compare
+    from parity.engine.judge import compare
 
     pol = policy_mod.load()
     fa2, _ = pol.for_case("my_lowering", dtype, {"BatchPrefillWithPagedKVCacheKernel": "ran"})
@@ -410,7 +410,7 @@ def test_the_fa2_kernel_absolute_bound_passes_run_40s_fp16_error_and_fails_a_bug
     names the term and its entry."""
     import torch
 
-    from parity.judge import compare
+    from parity.engine.judge import compare
 
     pol = policy_mod.load()
     fa2, src = pol.for_case("my_lowering", "float16", {"BatchPrefillWithPagedKVCacheKernel": "ran"})

@@ -19,9 +19,9 @@ import lowerings
 from lowerings.torch_emulation import Context
 from oracle.case import Case
 from oracle.inputs import Inputs, materialize
-from parity import cli
-from parity import policy as parity_policy
-from parity.runner import RunOptions, check_lowering
+from parity.front import cli
+from parity.engine import policy as parity_policy
+from parity.engine.runner import RunOptions, check_lowering
 from strategies import build_case, cases, profile_settings
 from tests import mutants as M
 

@@ -1,4 +1,4 @@
-"""JIT warm-up (parity/warmup.py) and its pytest wiring (`--parity-warm-up`, ini `parity_warm_up`; the old
+"""JIT warm-up (parity/exec/warmup.py) and its pytest wiring (`--parity-warm-up`, ini `parity_warm_up`; the old
 `--dflash-warmup`, ini `dflash_warmup`), on a CPU with fake lowerings: plain objects following the protocol."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lowerings.protocol import LoweringResult
-from parity import pytest_plugin as plug
-from parity.warmup import Variant, plan_warmup, tiny_case, warm_up
+from parity.front import pytest_plugin as plug
+from parity.exec.warmup import Variant, plan_warmup, tiny_case, warm_up
 from strategies import Limits
 from tests.plugin_runs import assert_outcomes, plugin_args, runpytest
 
@@ -324,7 +324,7 @@ def test_plugin_option_and_ini_are_registered(pytester):
 
 def _config(**settings):
     """A pytest config as the plugin sees it, its session already using the plugin with these settings."""
-    from parity.config import CheckConfig
+    from parity.front.config import CheckConfig
 
     cfg = types.SimpleNamespace(option=types.SimpleNamespace(collectonly=False), stash=pytest.Stash(),
                                 pluginmanager=types.SimpleNamespace(get_plugin=lambda name: None))
@@ -404,8 +404,8 @@ register(Narrow("narrow_broken", broken=True))
 
 @pytest.mark.usefixtures("restore_registry")  # the plugin registers its lowerings here
 def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
-    """`python -m parity.warmup --jobs 2`: one process per unit, each line reported, exit 1 on a failure."""
-    from parity import warmup
+    """`python -m parity.exec.warmup --jobs 2`: one process per unit, each line reported, exit 1 on a failure."""
+    from parity.exec import warmup
 
     plugin = tmp_path / "narrow.py"
     plugin.write_text(NARROW_PLUGIN)
@@ -423,7 +423,7 @@ def test_warmup_command_runs_units_side_by_side(tmp_path, capsys):
 def test_warmup_command_widens_like_check(tmp_path, capsys):
     """`--limit` widens the lowering's own limits (here to fp16 and D=128 as well), in the plan and in the
     `--jobs` children that each run one unit of it."""
-    from parity import warmup
+    from parity.exec import warmup
 
     plugin = tmp_path / "narrow.py"
     plugin.write_text(NARROW_PLUGIN)
@@ -436,7 +436,7 @@ def test_warmup_command_widens_like_check(tmp_path, capsys):
 
 
 def test_warmup_command_names_a_bad_limit(capsys):
-    from parity import warmup
+    from parity.exec import warmup
 
     with pytest.raises(SystemExit) as exit_:
         warmup.main(["--device", "cpu", "--limit", "dtypes=fp16", "decode_rows"])

@@ -10,7 +10,7 @@ True or False was read as a reason or as "supported", `available()` returning `(
 
 One `check` runs every row's lowering (in process, for speed), `context` after them, and each row is read from its
 report; the rows that crashed inside the isolated worker before (a `WorkerError` that ended the run) run again
-isolated. Each checker of `parity.answers` is also shown to accept what the protocol allows.
+isolated. Each checker of `parity.engine.answers` is also shown to accept what the protocol allows.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import torch
 
 import lowerings
 from lowerings import registry
-from parity import answers
-from parity.hardening import kernel_name_failures
-from parity.hooks import HookFailure
-from parity.warmup import warm_up_lowering
+from parity.engine import answers
+from parity.engine.hardening import kernel_name_failures
+from parity.exec.hooks import HookFailure
+from parity.exec.warmup import warm_up_lowering
 from strategies import limit_overrides, limits_for
 from tests.parity.test_bad_inputs import GOOD, QUICK, quick_cases, run, write
 
@@ -170,7 +170,7 @@ def test_a_wrong_answer_or_result_fails_its_lowering_only(in_process, name, mess
 def test_an_error_no_check_foresaw_fails_its_lowering_only(tmp_path, monkeypatch):
     """The last line of defence: an exception from the framework itself while checking one lowering (here planted
     in the judge) fails that lowering, named, and the run goes on; bad input still ends it with exit 2."""
-    from parity import case_run
+    from parity.engine import case_run
 
     real = case_run.judge_result
 
@@ -208,7 +208,7 @@ def test_forbidden_kernel_families_of_the_wrong_type_is_the_lowerings_failure():
 
 def test_jit_modules_of_the_wrong_type_is_the_lowerings_failure():
     """`jit_modules` is read by the warm-up (`--warm-up`), which `check` runs before the lowering's cases: a hook
-    failure there fails the lowering (`parity.session.CheckSession.check`)."""
+    failure there fails the lowering (`parity.front.session.CheckSession.check`)."""
     class Bad(type(lowerings.get("sdpa"))):
         name = "bad_jit_modules"
 

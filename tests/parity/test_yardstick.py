@@ -1,4 +1,4 @@
-"""The default yardstick (`parity.yardstick.WorkingDtype`): the case attended in the working dtype's real arithmetic,
+"""The default yardstick (`parity.engine.yardstick.WorkingDtype`): the case attended in the working dtype's real arithmetic,
 in the order of flash kernels (fp32 scores, the weights rounded to the working dtype before P.V, fp32 sums, one
 rounding of the output), against a dense computation of the same order written here, on drawn CPU cases.
 
@@ -21,12 +21,13 @@ from hypothesis import given
 import lowerings
 from oracle import materialize
 from oracle.reference import attention, fp8_dequantizes_exactly, gather_keys, kv_read_exactly, working_dtype_output
-from parity import cli, yardstick
-from parity.case_run import run_case, run_yardstick
-from parity.invocation import RunOptions
-from parity.judge import compare
-from parity.outcome import CaseOutcome
-from parity.policy import load as load_policy
+from parity.front import cli
+from parity.engine import yardstick
+from parity.engine.case_run import run_case, run_yardstick
+from parity.engine.invocation import RunOptions
+from parity.engine.judge import compare
+from parity.engine.outcome import CaseOutcome
+from parity.engine.policy import load as load_policy
 from strategies import cases, profile_settings
 from tests.oracle.oracle_cases import build_case
 

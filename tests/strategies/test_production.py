@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, find, given, settings
 
 import lowerings
 from lowerings.flashinfer import CUDA_CORE_DECODE_GROUPS
-from parity.footprint import GIB, pool_elements, run_bytes
-from parity.hooks import HookFailure
+from oracle.footprint import GIB, pool_elements, run_bytes
+from parity.exec.hooks import HookFailure
 from strategies import (MODELS, Limits, boundary_cases, cases, check_cases, declared_boundaries, limit_overrides,
                         limits_for)
 from strategies._boundaries import _base
