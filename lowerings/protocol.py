@@ -98,7 +98,7 @@ class OptionalHooks(Protocol):
     a lowering without one gets the default (`OPTIONAL_ATTRIBUTES`) or the framework's own rule. Read
     them with `optional_hook(lowering, name)` / `optional_attribute(lowering, name)`, never a bare
     `getattr`: the name is checked against this list. Hooks the framework calls are bounded by the hook
-    watchdog (`parity.exec.hooks.call` / `call_optional`): one that raises, exits or hangs fails the lowering.
+    port (`lowerings.calls.call` / `call_optional`, under the front ends' watchdog): one that raises, exits or hangs fails the lowering.
 
     - `case_limits(device) -> strategies.Limits | None` (`strategies.limits_for`, `parity.exec.warmup`): bounds
       on what is drawn for it on `device`; a field left None takes the device's default, the production

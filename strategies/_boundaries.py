@@ -48,7 +48,7 @@ def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
     `t + 1`), validated; `{}` when it declares none. A malformed declaration is that lowering's failure
     (`HookFailure`, "dispatch_boundaries() returned X, expected Y"), as a hook that raises is."""
-    from parity.exec import hooks
+    from lowerings import calls as hooks
 
     got = hooks.call_optional(lowering, "dispatch_boundaries", default={}, expect=_boundaries_answer)
     return {field: tuple(v) if isinstance(v, (tuple, list)) else (v,) for field, v in got.items()}

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from oracle.rules import DECODE_ROWS_MAX_BATCH
 from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
-from parity.engine import answers
-from parity.exec import hooks
+from lowerings import answers
+from lowerings import calls as hooks
 from strategies._extremes import PEAK_DRAWS, WIDE, WIDE_AT, validated_splits, widest_rows, with_peak
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
 
@@ -247,8 +247,8 @@ _REPAIRS: tuple[tuple[str, tuple[Any, ...]], ...] = (
 
 
 def is_supported(lowering: Any, case: Case) -> bool:
-    """Whether `lowering` supports `case`, asked under the hook watchdog (`parity.exec.hooks.call`): a supports()
-    that raises, exits or loops, or answers anything but None or a reason (`parity.engine.answers.supports_answer`),
+    """Whether `lowering` supports `case`, asked under the hook watchdog (`lowerings.calls.call`): a supports()
+    that raises, exits or loops, or answers anything but None or a reason (`lowerings.answers.supports_answer`),
     raises HookFailure, which ends the lowering's check (not the run)."""
     return hooks.call(lowering, "supports", case, case=case, expect=answers.supports_answer) is None
 

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from oracle.case import Case
-from parity.exec import hooks
+from lowerings import calls as hooks
 from strategies._boundaries import Boundary, boundary_cases
 from strategies._cases import Limits, cases, with_overrides
 from strategies._production import resolve
@@ -38,7 +38,7 @@ def _limits_answer(value: Any) -> str | None:
 
 def limits_for(lowering: Any, device: str, *, profile: str | None = None,
                overrides: dict[str, Any] | None = None) -> Limits:
-    """`lowering.case_limits(device)` (or `Limits()`; asked under the hook watchdog, `parity.exec.hooks.call`: a
+    """`lowering.case_limits(device)` (or `Limits()`; asked under the hook watchdog, `lowerings.calls.call`: a
     hook that raises or hangs, or answers anything but None or a `Limits`, raises HookFailure), `overrides`
     (`--limit`) applied, then the production fields still None set from `profile`'s defaults and the device's
     (see the module docstring)."""

@@ -1,4 +1,5 @@
-"""What a lowering's hooks and its `run()` may give back, checked where it enters the framework.
+"""What a lowering's `run()` may give back, checked where it enters the framework (its hooks' answers:
+`lowerings.answers`, re-exported here).
 
 A hook's answer of the wrong type (`supports()` returning True, `expected_calls()` returning None, ...) and a
 `run()` result with a tensor on the wrong device (`meta`), of the wrong shape or dtype, or of the wrong type are
@@ -23,79 +24,21 @@ Public: `supports_answer`, `available_answer`, `expected_calls_answer`, `compile
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from lowerings.protocol import BASE_2, BASE_E, NO_LSE, LoweringResult, Partial, lse_name
 from oracle.inputs import Inputs
-from parity.exec.hooks import HookFailure, shown
+from lowerings.answers import (  # noqa: F401  (the hook checkers, public here too)
+    Checker, availability, available_answer, compile_family_answer, expected_calls_answer, jit_modules_answer,
+    kernel_families_answer, supports_answer)
 
-Checker = Callable[[Any], "str | None"]
-
+# ---- run()'s result ---------------------------------------------------------------------------------------
 
 def _is_int(v: Any, least: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= least
 
-
-def supports_answer(value: Any) -> str | None:
-    """`supports(case)`: None (supported) or the reason it is not, a non-empty string."""
-    if value is None or (isinstance(value, str) and value):
-        return None
-    return "None (supported) or the reason it is not (a non-empty string)"
-
-
-def available_answer(value: Any) -> str | None:
-    """`available(device)`: `(True, "")` or `(False, why)`: a bool and a string."""
-    if isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], bool) \
-            and isinstance(value[1], str):
-        return None
-    return "(bool, str)"
-
-
-def expected_calls_answer(value: Any) -> str | None:
-    """`expected_calls(case)`: `{kernel call name: count}`, names non-empty strings, counts integers >= 0."""
-    if isinstance(value, Mapping) and all(isinstance(k, str) and k and _is_int(v, 0) for k, v in value.items()):
-        return None
-    return "a dict {kernel call name (str): count (int >= 0)}"
-
-
-def compile_family_answer(value: Any) -> str | None:
-    """`compile_family(case)`: a tuple (or list) of hashable values: the key its compilations are counted by."""
-    if not isinstance(value, (tuple, list)):
-        return "a tuple of hashable values (the shape family)"
-    try:
-        hash(tuple(value))
-    except Exception as err:  # noqa: BLE001  (unhashable, or a plugin's __hash__ raising)
-        return f"a tuple of hashable values (the shape family; {err})"
-    return None
-
-
-def kernel_families_answer(value: Any) -> str | None:
-    """`kernel_families(case)` / `forbidden_kernel_families(case)`: `{name: kernel-name substring}`, both
-    non-empty strings (an empty substring would match every kernel: a check that cannot fail)."""
-    if isinstance(value, Mapping) and all(isinstance(k, str) and k and isinstance(v, str) and v
-                                          for k, v in value.items()):
-        return None
-    return "a dict {call (str): kernel-name substring (a non-empty str)}"
-
-
-def jit_modules_answer(value: Any) -> str | None:
-    """`jit_modules(case)`: a tuple (or list) of module keys, non-empty strings."""
-    if isinstance(value, (tuple, list)) and all(isinstance(k, str) and k for k in value):
-        return None
-    return "a tuple of module keys (non-empty strings)"
-
-
-def availability(lowering_name: str, answer: Any) -> tuple[bool, str]:
-    """`available()`'s answer as `(ok, why)`; anything but a pair (bool, str) raises HookFailure."""
-    wanted = available_answer(answer)
-    if wanted is not None:
-        raise HookFailure(lowering_name, "available", f"available() returned {shown(answer)}, expected {wanted}")
-    return answer[0], answer[1]
-
-
-# ---- run()'s result ---------------------------------------------------------------------------------------
 
 def tensor_problem(field: str, t: Any, *, shape: tuple[int, ...], device: torch.device,
                    dtype: torch.dtype | None = None) -> str | None:

@@ -24,7 +24,8 @@ from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
 from parity.engine import answers
 from oracle import footprint
-from parity.exec import hooks, memory
+from lowerings import calls as hooks
+from parity.exec import memory
 from parity.engine.hardening import KernelNames, output_buffer_failures, rerun_failures, untouched_failures
 from parity.engine.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.engine.golden import GoldenOracle

@@ -22,7 +22,8 @@ from oracle.case import Case
 from oracle.inputs import GuardedBuffer, Inputs, poison_bits
 from parity.engine import answers
 from oracle import footprint
-from parity.exec import hooks, memory
+from lowerings import calls as hooks
+from parity.exec import memory
 from parity.engine import result_bits as rb
 from parity.engine.invocation import LoweringError, RunOptions, call_lowering, fresh_inputs, prepare_inputs
 from parity.engine.judge import compare

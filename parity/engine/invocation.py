@@ -20,7 +20,8 @@ from lowerings.protocol import Lowering, LoweringResult, writes_given_output
 from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize
-from parity.exec import hooks, memory
+from lowerings import calls as hooks
+from parity.exec import memory
 from parity.engine.answers import result_problem
 
 if TYPE_CHECKING:

@@ -19,11 +19,12 @@ from typing import Any, Callable, Protocol, Sequence
 from lowerings.protocol import Lowering, device_refusal, returns_lse
 from oracle.case import Case
 from oracle.errors import InvalidInput
-from parity.exec import draw_ahead as ahead, hooks
+from lowerings import calls as hooks
+from parity.exec import draw_ahead as ahead
 from parity.engine import flakiness as fl, slips
 from parity.engine.answers import availability, supports_answer
 from parity.engine.case_run import compile_family, refuse_invalid, run_case
-from parity.exec.hooks import HookFailure
+from lowerings.calls import HookFailure
 from parity.exec.interrupt import raise_if_requested, requested
 from parity.engine.invocation import RunOptions
 from parity.engine.policy import Policy
@@ -154,7 +155,7 @@ def sharded_run_case(run_case: Callable[..., CaseOutcome], shard: tuple[int, int
 
 
 def executor_run_case(executor: "CaseExecutor") -> Callable[..., CaseOutcome]:
-    """`run_case`'s signature over `executor.run` (supports() is asked through `parity.exec.hooks.call`: here under
+    """`run_case`'s signature over `executor.run` (supports() is asked through `lowerings.calls.call`: here under
     its watchdog, or for a plugin's lowering in the executor's worker when `check` has it answered there)."""
     def run(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, yardstick: Lowering | None) -> CaseOutcome:
         why = hooks.call(lowering, "supports", case, case=case, expect=supports_answer)

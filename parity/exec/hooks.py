@@ -39,10 +39,10 @@ contained) and Python code or an interruptible call to stop (a loop in C code ho
 interrupted: a built-in's hook, or any hook under `--no-isolate`, runs on; in the worker, the case timeout
 still ends it).
 
-Public: `HookFailure`, `call(lowering, hook, *args, case=None, expect=None)`, `call_optional(lowering, hook,
-*args, default=None)`, `call_here`, `answered_by`, `answer_with`, `Answer`, `shown`, `timeout()`,
-`set_timeout(seconds)`, `timeout_set(seconds)`, `load_plugin(path)`, `exception_origin(err, owner)`,
-`describe_exception(err, owner)`, `deadline(seconds)`, `HookTimeout`.
+Public: `watchdog` (the `lowerings.calls.Runner` the front ends install: `install()`), `call_here`, `answered_by`,
+`answer_with`, `Answer`, `timeout()`, `set_timeout(seconds)`, `timeout_set(seconds)`, `load_plugin(path)`,
+`deadline(seconds)`, `HookTimeout`; `HookFailure`, `call`, `call_optional`, `shown`, `first_line`,
+`exception_origin`, `describe_exception` are `lowerings.calls`' (re-exported).
 """
 
 from __future__ import annotations
@@ -50,12 +50,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
-import traceback
 from typing import Any, Callable, Iterable, Iterator
 
+from lowerings import calls
+from lowerings.calls import (  # noqa: F401  (public here too, for one release: parity.hooks' names)
+    HookFailure, call, call_optional, describe_exception, exception_origin, first_line, shown)
 from oracle.errors import InvalidInput
 from parity.engine import ranges
 
@@ -68,29 +69,6 @@ _timeout: float | None = None  # set by timeout_set (the CLI's --hook-timeout); 
 class HookTimeout(BaseException):
     """Raised inside a hook by the watchdog's SIGALRM handler (a BaseException: `except Exception` in the
     plugin does not stop it)."""
-
-
-class HookFailure(BaseException):
-    """A lowering's hook raised, exited or did not answer in time: that lowering's failure.
-
-    `lowering`: its name; `hook`: `supports`, `available`, ...; `message`: one line starting with the hook,
-    e.g. `supports() did not answer within 2 s (stopped; an endless loop?)`; `case`: the case it was
-    asked about (None for `available`)."""
-
-    def __init__(self, lowering: str, hook: str, message: str, case: Any = None):
-        super().__init__(message)
-        self.lowering, self.hook, self.message, self.case = lowering, hook, message, case
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lowering": self.lowering, "hook": self.hook, "message": self.message,
-                "case": self.case.to_json_dict() if self.case is not None else None}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "HookFailure":
-        from oracle.case import Case
-
-        case = Case.from_json_dict(data["case"], source="worker answer") if data.get("case") else None
-        return cls(data["lowering"], data["hook"], data["message"], case)
 
 
 def _parse_timeout(text: str, where: str) -> float:
@@ -167,53 +145,6 @@ def deadline(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(prev_delay - (time.monotonic() - t0), 1e-3), prev_interval)
 
 
-def _files_of(owner: Any) -> set[str]:
-    """The source files of `owner`'s class and its bases (a lowering's own code: its plugin file, ...)."""
-    files = set()
-    for cls in type(owner).__mro__:
-        mod = sys.modules.get(getattr(cls, "__module__", ""), None)
-        f = getattr(mod, "__file__", None)
-        if f and cls is not object:
-            files.add(os.path.realpath(f))
-    return files
-
-
-def _frame_text(fr: traceback.FrameSummary, parts: int) -> str:
-    path = fr.filename.replace(os.sep, "/").split("/")
-    return f"{'/'.join(path[-parts:])}:{fr.lineno} in {fr.name}"
-
-
-def exception_origin(err: BaseException, owner: Any) -> str:
-    """`my_plugin.py:42 in run -> torch/functional.py:123 in einsum`: the innermost frame in `owner`'s own
-    source files (its class's and its bases'), then the innermost frame overall when that is elsewhere
-    ('' when there is no traceback)."""
-    frames = traceback.extract_tb(err.__traceback__)
-    if not frames:
-        return ""
-    own_files = _files_of(owner)
-    own = next((fr for fr in reversed(frames) if os.path.realpath(fr.filename) in own_files), None)
-    inner = frames[-1]
-    if own is None:
-        return _frame_text(inner, 2)
-    if own is inner:
-        return _frame_text(own, 1)
-    return f"{_frame_text(own, 1)} -> {_frame_text(inner, 2)}"
-
-
-def first_line(err: BaseException) -> str:
-    """`"TypeName: the message's first line"`, at most 300 characters: an exception in one line of a report."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
-
-
-def describe_exception(err: BaseException, owner: Any) -> str:
-    """`ValueError: boom (my_plugin.py:42 in run -> torch/functional.py:123 in einsum)`; a SystemExit as
-    `SystemExit 0`."""
-    what = f"SystemExit {err.code!r}" if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
-    where = exception_origin(err, owner)
-    return f"{what} ({where})" if where else what
-
-
 Answer = Callable[[Any, str, tuple, float, Any], Any]
 """Who answers a hook call instead of this process: `answer(lowering, hook, args, limit, case)` returns what
 `lowering.<hook>(*args)` returned, or raises `HookFailure` (it raised, exited, or did not answer within `limit`
@@ -252,29 +183,18 @@ def _answer_for(name: str) -> Answer | None:
     return None
 
 
-def call(lowering: Any, hook: str, *args: Any, case: Any = None, seconds: float | None = None,
-         expect: Callable[[Any], str | None] | None = None) -> Any:
-    """`lowering.<hook>(*args)`, bounded by `seconds` (default `timeout()`): here under the watchdog
-    (`call_here`), or by whoever `answered_by` names for the lowering. An exception, an exit or the deadline
-    raise `HookFailure` naming the lowering, the hook and the case; so does an answer `expect` (one of the
-    `parity.engine.answers` checkers) finds wrong: "`hook() returned X, expected Y`"."""
+def watchdog(lowering: Any, hook: str, args: tuple, seconds: float | None = None, case: Any = None) -> Any:
+    """The process machinery's `lowerings.calls.Runner`: `lowering.<hook>(*args)` bounded by `seconds` (default
+    `timeout()`): here under the watchdog (`call_here`), or by whoever `answered_by` names for the lowering."""
     limit = timeout() if seconds is None else seconds
     name = getattr(lowering, "name", repr(lowering))
-    value = (_answer_for(name) or call_here)(lowering, hook, args, limit, case)
-    if expect is not None:
-        wanted = expect(value)
-        if wanted is not None:
-            raise HookFailure(name, hook, f"{hook}() returned {shown(value)}, expected {wanted}", case)
-    return value
+    return (_answer_for(name) or call_here)(lowering, hook, args, limit, case)
 
 
-def shown(value: Any) -> str:
-    """`repr(value)` cut to 200 characters (a hook's answer in one line of a report)."""
-    try:
-        text = repr(value)
-    except Exception as err:  # noqa: BLE001  (a plugin's __repr__)
-        text = f"<{type(value).__name__}: repr raised {type(err).__name__}>"
-    return text if len(text) <= 200 else text[:197] + "..."
+def install() -> None:
+    """Every hook called in this process from now on goes through `watchdog` (the front ends' start-up, and each
+    process they start that calls hooks)."""
+    calls.set_runner(watchdog)
 
 
 def call_here(lowering: Any, hook: str, args: tuple, limit: float, case: Any = None) -> Any:
@@ -294,17 +214,6 @@ def call_here(lowering: Any, hook: str, args: tuple, limit: float, case: Any = N
         raise HookFailure(name, hook, f"{hook}() raised {describe_exception(err, lowering)}", case) from None
 
 
-def call_optional(lowering: Any, hook: str, *args: Any, default: Any = None, case: Any = None,
-                  expect: Callable[[Any], str | None] | None = None) -> Any:
-    """`call(lowering, hook, *args)` for an optional hook (`lowerings.protocol.OptionalHooks`), or `default`
-    when the lowering does not define it."""
-    from lowerings.protocol import optional_hook
-
-    if optional_hook(lowering, hook) is None:
-        return default
-    return call(lowering, hook, *args, case=case, expect=expect)
-
-
 def load_plugin(path: str, seconds: float | None = None) -> list[str]:
     """`lowerings.load_plugin(path)` bounded by the hook timeout; an exit at import (`sys.exit(0)` at the
     top of the file) or the deadline is `InvalidInput("--plugin FILE", ...)`, like any import error."""
@@ -319,3 +228,6 @@ def load_plugin(path: str, seconds: float | None = None) -> list[str]:
                                                f"at import? --hook-timeout sets the bound)") from None
     except SystemExit as err:
         raise InvalidInput(f"--plugin {path}", f"exited at import (SystemExit {err.code!r})") from None
+
+
+install()  # importing the process machinery's hooks makes them the runner (before issue 48 the only one there was)
