@@ -111,9 +111,9 @@ def test_the_declaration_is_validated_and_register_refuses_another_value():
     (BASE_E, False, None, "declares: declared lse_base e but returned no LSE (lse=None): the LSE would go unchecked; "
                           "a kernel that computes no LSE declares lse_base = None"),
     (NO_LSE, True, None, "declares: declared lse_base None (no LSE) but returned an LSE: it would go unchecked"),
-    (NO_LSE, False, (BASE_E, False), "partial 'whole': declared lse_base e but returned no LSE"),
-    (NO_LSE, False, (NO_LSE, True), "partial 'whole': declared lse_base None (no LSE) but returned an LSE"),
-    (NO_LSE, False, (7.0, True), "partial 'whole': lse_base must be math.e or 2.0"),
+    (NO_LSE, False, (BASE_E, False), "partials['whole']: declared lse_base e but returned no LSE"),
+    (NO_LSE, False, (NO_LSE, True), "partials['whole']: declared lse_base None (no LSE) but returned an LSE"),
+    (NO_LSE, False, (7.0, True), "partials['whole'].lse_base is 7.0, expected math.e or 2.0, or None (no LSE)"),
 ])
 def test_a_result_that_contradicts_its_declaration_fails(policy, declared, returns_lse, partial, phrase):
     out = run_case(Declares(declared, returns_lse, partial), _case(), policy, RunOptions())
