@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The controls' full sweep (docs/lab/controls.md): the three correct computation orders of tests/controls.py through
+# The controls' full sweep (a CPU sample: tests/parity/test_controls.py; on the GPU: docs/gpu/2026-12-06-h100-session28.md):
+# the three correct computation orders of tests/controls.py through
 # `dflash-parity check` at the ci profile (60 draws and the boundary cases, hardened, isolated), on the CPU, seeds
 # 0-9, as drawn by default and narrowed to each value regime. JOBS checks at a time; one line per check, then the
 # verdicts summed (exit 1 if any check failed).

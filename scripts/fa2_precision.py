@@ -1,9 +1,11 @@
-"""Why a flash kernel's output error exceeds the working-dtype SDPA's on a case: models of its rounding, measured.
+"""Why a flash kernel's output error exceeds the yardstick's on a case: models of its rounding, measured.
 
     python scripts/fa2_precision.py [--device cuda] [--lowering NAME ...] CASE.json [CASE.json ...]
 
 For each case file (a failure file or a bare case), on the inputs `materialize(case, device)` builds:
-the fp32 oracle; the yardstick (`sdpa`: torch SDPA in the working dtype); every `--lowering` given
+the oracle in fp64 (the reference every error below is taken against); the judge's yardstick (the working
+dtype's arithmetic in the order of flash kernels, `oracle.reference.working_dtype_output`) and torch SDPA in the
+working dtype (the yardstick before issue 47); every `--lowering` given
 (on CUDA, e.g. `context[flashinfer-fa2]`); and three models of a flash kernel's arithmetic, each exact
 in fp32 but for the one rounding it names:
 - `P rounded`: the probabilities `exp(s - m)` relative to the row's max rounded to the working dtype
@@ -13,7 +15,7 @@ in fp32 but for the one rounding it names:
 - `scores rounded`: the scores `scale * q.k` rounded to the working dtype before the softmax;
 - `scores off by 2^-15`: each score multiplied by `1 + 2^-15 n` (n standard normal, seeded): a kernel
   whose scores carry a relative error of that size, which its LSE error shows (|LSE| times it).
-A windowed case gets the lowerings and the yardstick only (the models attend every key). Each line gives
+A windowed case gets the lowerings and the yardsticks only (the models attend every key). Each line gives
 the max |O - O_ref| in ulps of the working dtype at max |O_ref| (the judge's unit), the
 relative L2 error and the LSE error; then, for the worst element of the first lowering (or of the
 `P rounded` model), the row's largest probabilities and the spread of its values.
@@ -34,7 +36,7 @@ import torch  # noqa: E402
 
 from oracle.case import Case  # noqa: E402
 from oracle.inputs import materialize  # noqa: E402
-from oracle.reference import attention  # noqa: E402
+from oracle.reference import attention, working_dtype_output  # noqa: E402
 
 MANTISSA = {torch.bfloat16: 7, torch.float16: 10}
 
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         case = Case.from_json_dict(d.get("case", d))
         inputs = materialize(case, args.device)
         dt = inputs.q.dtype
-        ref = attention(inputs)
+        ref = attention(inputs, precision=torch.float64)
         o_ref, lse_ref = ref.out.float(), ref.lse.float()
         top = float(o_ref.abs().max())
         unit = _ulp(top, dt)
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             low = registry.get(name)
             r = low.run(materialize(case, args.device))
             results[name] = (r.out.float(), None if r.lse is None else lse_to_natural(r.lse.float(), low.lse_base))
-        results["sdpa (the yardstick)"] = (Sdpa().run_output(inputs).float(), None)
+        results["the yardstick (working dtype)"] = (working_dtype_output(inputs).float(), None)
+        results["sdpa (working dtype)"] = (Sdpa().run_output(inputs).float(), None)
         if full:
             for n, (o, l) in models(inputs).items():
                 results[f"model: {n}"] = (o.to(dt).float(), l)

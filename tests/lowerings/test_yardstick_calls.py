@@ -1,9 +1,10 @@
 """The yardstick's SDPA calls (`lowerings.torch_emulation.sdpa_batch`) give the same bits as the form they
 replaced, which passed working-dtype tensors and a boolean mask and let SDPA's math backend upcast, convert
 the mask and cast back (about a third more kernel launches per call; on a GPU the yardstick is launch-bound,
-docs/performance.md section 4). `previous_sdpa_batch` below is that form, kept verbatim as the reference.
+docs/lab/performance-log.md, section 4). `previous_sdpa_batch` below is that form, kept verbatim as the reference.
 
-Runs on the CPU in CI (`--parity-device cuda` style runs are the GPU record's: `scripts/gpu_yardstick_ab.py`)."""
+Runs on the CPU in CI; the same comparison on the GPU is in docs/gpu/2026-12-03-h200-session16.md (its script,
+gpu_yardstick_ab.py, is retired: lab/README.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`DFLASH_PARITY_CPROFILE=DIR` (parity/exec/host_profile.py): each process of a check writes its cProfile, per role, and
-`scripts/host_profile_summary.py` sums them; unset, nothing is profiled or written."""
+`lab/host_profile_summary.py` sums them; unset, nothing is profiled or written."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_a_jobs_check_profiles_its_parent_children_and_workers_and_the_summary_a
     assert done.returncode == 0, done.stdout + done.stderr
     roles = sorted(p.name.rsplit("-", 1)[0] for p in hp.glob("*.prof"))
     assert roles == ["check", "part", "part", "worker", "worker"], roles
-    script = [sys.executable, str(ROOT / "scripts" / "host_profile_summary.py"), str(hp), "--top", "5"]
+    script = [sys.executable, str(ROOT / "lab" / "host_profile_summary.py"), str(hp), "--top", "5"]
     text = subprocess.run(script, capture_output=True, text=True, timeout=120, check=True).stdout
     for role, n in (("check", 1), ("part", 2), ("worker", 2)):
         assert f"== {role}: {n} processes" in text, text

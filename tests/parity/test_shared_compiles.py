@@ -2,7 +2,7 @@
 
 The first test compiles a real kernel for an SM90 target in three processes at once (Triton compiles without a
 GPU; only running a kernel needs one) and counts the compiles: one with the shared cache, three with a mutant that
-does not lock (`scripts/unshared_compile_cache.py`, run 76's A side). No process stores the kernel before each has
+does not lock (`tests/unshared_compile_cache.py`, run 76's A side). No process stores the kernel before each has
 missed it once (a probe around the manager), so a loaded machine cannot hide the mutant (it once counted 1). The others drive the cache's lock directly: a waiter gets the entry its owner stored, a dead owner or a
 dropped manager frees the lock, a waiter gives up after `WAIT_S`, a process never waits for itself.
 """
@@ -32,7 +32,7 @@ _COMPILER = textwrap.dedent('''
     from parity.exec import shared_compile_cache as scc
 
     if sys.argv[2] == "mutant":  # run 76's A side: never waits, so every process that misses compiles
-        from unshared_compile_cache import UnsharedCompileCache as Base
+        from tests.unshared_compile_cache import UnsharedCompileCache as Base
     else:
         Base = scc.SharedCompileCache
     from triton.runtime.cache import FileCacheManager
@@ -72,7 +72,7 @@ _COMPILER = textwrap.dedent('''
 
 def _compile_side_by_side(tmp_path: Path, mode: str, n: int = 3) -> list[dict]:
     tmp_path.mkdir()
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'scripts'}")
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
     env.pop("TRITON_CACHE_MANAGER", None)
     shared_compiles.share_compiles(env)
     script = tmp_path / "compile_one.py"

@@ -1,6 +1,6 @@
 """Sum the cProfiles a check wrote under `DFLASH_PARITY_CPROFILE=DIR` (`parity.exec.host_profile`), per role.
 
-    python scripts/host_profile_summary.py DIR [--top N] [--match TEXT]
+    python lab/host_profile_summary.py DIR [--top N] [--match TEXT]
 
 For each role (`check`: a check process, with `--jobs` the parent; `part`: a `--jobs` child, one lowering or
 shard; `worker`: an isolated case worker) the profiles of all its

@@ -1,7 +1,7 @@
 """Where a case waits for the GPU: every host-device synchronization of a `check` run, counted by the
 project line that caused it (no timing: a census).
 
-    python scripts/gpu_sync_census.py [CHECK ARGS ...]      # e.g. --lowering hybrid_paged --max-examples 40
+    python lab/gpu_sync_census.py [CHECK ARGS ...]      # e.g. --lowering hybrid_paged --max-examples 40
 
 Runs `dflash-parity check --device cuda` in this process with `torch.cuda.set_sync_debug_mode("warn")`:
 torch then warns at each synchronizing call (`.item()`, `int(t)`, `bool(t)`, a device-to-host copy, ...).

@@ -15,7 +15,7 @@ processes start together at the places run 79's children started (their lowering
 
 A variant another process compiled costs `--load-s` to load (a sleep; 0 by default: the schedule alone). Prints
 each schedule's makespan (the slowest process), how many variants each process compiled, and for `markers` how
-many were left to their holders. `python3 scripts/bench_precompile_schedule.py [--procs 16] [--compile-s 0.3]
+many were left to their holders. `python3 lab/bench_precompile_schedule.py [--procs 16] [--compile-s 0.3]
 [--load-s 0]`"""
 
 from __future__ import annotations

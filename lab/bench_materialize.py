@@ -1,6 +1,6 @@
 """Seconds to build one case's tensors (`oracle.inputs.materialize`), case format 2 against format 1.
 
-    python scripts/bench_materialize.py [--device cpu|cuda] [--batch 32] [--context 4096] [--kv-heads 8]
+    python lab/bench_materialize.py [--device cpu|cuda] [--batch 32] [--context 4096] [--kv-heads 8]
                                         [--head-dim 128] [--kv-dtype bfloat16|float8_e4m3fn] [--values plain]
 
 Prints the best of `--repeat` builds of each format (the same shapes; format 1 draws the whole batch

@@ -113,8 +113,8 @@ if [[ $STEPS == *warmup* ]]; then
     --parity-max-examples 5 -q -rs -p no:cacheprovider 2>&1 | tail -40
 fi
 if [[ $STEPS == *oracle* ]]; then
-  echo "== scripts/gpu_oracle_bench.py (the oracle at production scale)"
-  timeout ${ORACLE_TIMEOUT:-180} python3 scripts/gpu_oracle_bench.py "$OUT/oracle_bench.json"
+  echo "== lab/gpu_oracle_bench.py (the oracle at production scale)"
+  timeout ${ORACLE_TIMEOUT:-180} python3 lab/gpu_oracle_bench.py "$OUT/oracle_bench.json"
 fi
 if [[ $STEPS == *check* ]]; then
   echo "== dflash-parity check --device cuda --profile gpu ${CHECK_ARGS:-}"
@@ -193,19 +193,20 @@ EOF
 fi
 if [[ $STEPS == *phase* ]]; then
   # Each phase's own device time (synchronized at its end) and the kernels by device time, per lowering of
-  # PHASE_LOWERINGS, alone on the GPU (scripts/gpu_phase_profile.py); PHASE_BEFORE=DIR runs the same with
+  # PHASE_LOWERINGS, alone on the GPU (lab/gpu_phase_profile.py); PHASE_BEFORE=DIR runs the same with
   # the code in DIR too (an older tree carried along, e.g. the commit before a speed change); PHASE_EXTRA more
   # arguments (e.g. `--min-keys 4097`: production-scale cases only).
   read -r -a ph <<< "${PHASE_LOWERINGS:-context[flashinfer-fa2] hybrid_paged}"
   for tree in ${PHASE_BEFORE:-} .; do
-    echo "== scripts/gpu_phase_profile.py --cases ${PHASE_N:-40} --kernel-cases ${PHASE_M:-20} (code in $tree) ${ph[*]}"
-    timeout -s INT -k 30 ${PHASE_TIMEOUT:-200} python3 "$tree/scripts/gpu_phase_profile.py" --cases ${PHASE_N:-40} \
+    echo "== lab/gpu_phase_profile.py --cases ${PHASE_N:-40} --kernel-cases ${PHASE_M:-20} (code in $tree) ${ph[*]}"
+    script=$tree/lab/gpu_phase_profile.py; [ -f "$script" ] || script=$tree/scripts/gpu_phase_profile.py  # a tree before issue 48
+    timeout -s INT -k 30 ${PHASE_TIMEOUT:-200} python3 "$script" --cases ${PHASE_N:-40} \
       --kernel-cases ${PHASE_M:-20} ${PHASE_EXTRA:-} "${ph[@]}" 2>&1 | grep -v "_warn_once\|UserWarning\|warm-up [0-9]" | tee -a "$OUT/phase.txt"
   done
 fi
 if [[ $STEPS == *bench* ]]; then
-  echo "== scripts/bench_triton.py"
-  timeout ${BENCH_TIMEOUT:-150} python3 scripts/bench_triton.py "$OUT/bench_triton.json"
+  echo "== lab/bench_triton.py"
+  timeout ${BENCH_TIMEOUT:-150} python3 lab/bench_triton.py "$OUT/bench_triton.json"
 fi
 [ -n "${NO_FINAL_PACK:-}" ] || python3 .fib/flashinfer_aot.py pack "$OUT/fi_aot.tar.xz" || true
 if [ -n "${PACK_JIT:-}" ]; then

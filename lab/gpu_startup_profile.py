@@ -1,6 +1,6 @@
 """What a `check --jobs` process pays once before and around its cases, part by part, for each lowering.
 
-    python scripts/gpu_startup_profile.py [--device cuda] [--side-by-side] [--mps] LOWERING [...]
+    python lab/gpu_startup_profile.py [--device cuda] [--side-by-side] [--mps] LOWERING [...]
 
 In session 17's warm sweep of run 11's command at small shapes (docs/gpu/2026-12-03-h200-session17.md run 57), each
 job finished 23.8-34.8 s after it started while its 500 cases took 9.9-22.3 s; the kernel-names phase held the

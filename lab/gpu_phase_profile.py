@@ -1,6 +1,6 @@
 """Where a case's time goes on the GPU itself: each phase synchronized at its end, then the kernels by device time.
 
-    python scripts/gpu_phase_profile.py [--cases N] [--kernel-cases M] [--seed S] [--min-keys L] LOWERING [...]
+    python lab/gpu_phase_profile.py [--cases N] [--kernel-cases M] [--seed S] [--min-keys L] LOWERING [...]
 
 First the profiler's start-up (CUPTI, seconds, once per process), timed on its own so that the first
 lowering's kernel-names phase does not carry it. Then for each lowering, alone on the GPU (run it when

@@ -1,7 +1,7 @@
 """What reading one case's kernel names costs: `parity.engine.hardening.KernelNames` (torch.profiler started and stopped
 around the call) around a short CUDA call, against the same call unprofiled; one process alone, then P side by side.
 
-    python scripts/gpu_profiler_cost.py [--procs 1 15] [--iters 40] [--launches 40] [--mps] [--dry]
+    python lab/gpu_profiler_cost.py [--procs 1 15] [--iters 40] [--launches 40] [--mps] [--dry]
 
 Each of P child processes makes its CUDA context, pays the profiler's first start (CUPTI, seconds), waits for
 the others (a file barrier, so that the timed part runs side by side), then times `--iters` calls of

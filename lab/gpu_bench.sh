@@ -3,7 +3,7 @@
 # $OUT/bench/gpu_bench.log, results in $OUT/bench/ (bench.json, bench.md, <table>.png).
 #
 # The caller provides flashinfer (PYTHONPATH=/tmp/site:$PWD with the offline bundle unpacked there, as
-# scripts/gpu_session.sh does) and OUT. Optional:
+# lab/gpu_session.sh does) and OUT. Optional:
 #   TABLE=decode-rows|merge|hybrid|all   (default all)
 #   BENCH_ARGS='--quick'                 extra arguments (e.g. --quick for a smoke run, --replays 20)
 #   BENCH_TIMEOUT=570                    seconds before the run is stopped (the files keep what finished)

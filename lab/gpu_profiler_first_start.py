@@ -1,7 +1,7 @@
 """Where the profiler's first start goes (`parity.engine.hardening.KernelNames`: 4.5-6 s once per process in
 session 17's run 61), and whether it can run beside other work.
 
-    python scripts/gpu_profiler_first_start.py [--procs 1 15] [--mps] [--dry]
+    python lab/gpu_profiler_first_start.py [--procs 1 15] [--mps] [--dry]
 
 Each child makes its CUDA context, then, by `--mode`:
 - `plain`: times the first profiled call step by step, wall and CPU seconds (`time.process_time`, every

@@ -1,11 +1,11 @@
 """Time drawing cases (hypothesis + repair + validation), and fingerprint them.
 
-    python scripts/bench_draw.py [N]
+    python lab/bench_draw.py [N]
 
 Draws N (default 150) `gpu`-profile cases for each of four lowerings with their CUDA case limits (no
 GPU needed: only the strategies run), inside `seed_only_draws()` as `check` draws them (without it hypothesis mixes
 in constants from the source of every module loaded, so adding a module changed the cases), and prints the cases drawn, a SHA-256 prefix of their JSON (equal
-fingerprints: the very same cases) and the milliseconds per case, each lowering's and all. Used for docs/performance.md.
+fingerprints: the very same cases) and the milliseconds per case, each lowering's and all. Used for docs/lab/draw-bench.md and docs/lab/performance-log.md.
 """
 
 from __future__ import annotations

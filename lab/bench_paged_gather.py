@@ -1,6 +1,6 @@
 """The torch paged attention's two gather shortcuts (`lowerings.paged`), each against what it replaced (CPU).
 
-    PYTHONPATH=. python scripts/bench_paged_gather.py
+    PYTHONPATH=. python lab/bench_paged_gather.py
 
 B=4, L up to 32,768, K=8, 16/4 heads, D=128, twice each way, the seconds of `lowering.run`:
 1. `windowed_merge[eager]` (part A: one-query rows under a (4095, 4095) window), with one gather per row:
