@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lowerings._triton_env import ensure_interpreter_on_cpu  # noqa: E402
+from lowerings import ensure_interpreter_on_cpu  # noqa: E402
 
 ensure_interpreter_on_cpu()
 

@@ -30,7 +30,7 @@ shapes and the split count):
 Values that change from step to step in serving are never specialized on either (Triton would compile
 a variant for "== 1" and for "divisible by 16"): the longest context ``max_ctx``, the page table's
 strides (its width follows the longest request), and the workspace strides that follow the split count.
-On the H200 a 500-case sweep found three compiles in one shape family before this (docs/gpu run 7).
+Specialized, a 500-case sweep compiled three variants in one shape family.
 
 Empty splits (``L = 0``, ``L`` shorter than a tile, more splits than tiles) write ``m = -inf, l = 0,
 acc = 0`` and contribute exactly nothing; every ``exp2(-inf - -inf)`` is guarded. Each query always has
@@ -61,6 +61,8 @@ import triton.language as tl  # noqa: E402
 
 __all__ = [
     "KERNELS",
+    "HybridOptions",
+    "HybridTensors",
     "HybridWorkspace",
     "alloc_workspace",
     "ctas_per_sm",
@@ -71,6 +73,7 @@ __all__ = [
     "split_starts",
     "planned_launches",
     "row_block_size",
+    "run_hybrid",
     "LAUNCH_SINGLE",
     "LAUNCH_SPLIT",
     "LAUNCH_MERGE",
@@ -86,7 +89,7 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_SPLITS = 32  # upper bound of the default heuristic (a caller may pass more explicitly)
 MERGE_BLOCK_R = 16  # query rows per program of the split-merge kernel
 MIN_TILES_PER_SPLIT = 8  # heuristic: a split should stream at least this many context tiles
-_DEFAULT_NUM_SMS = 132  # H200; used when no CUDA device can be queried
+_DEFAULT_NUM_SMS = 132  # the SM count the split heuristic was tuned on; used when no CUDA device can be queried
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 _FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -404,7 +407,7 @@ def row_block_size(r_pad: int, head_dim: int) -> int:
 
 
 def _block_n(block_r: int, head_dim: int) -> int:
-    # 64-token tiles measured best on an H200 for both paths (bf16, D = 128; R_PAD 16..128).
+    # 64-token tiles measured best for both paths (132 SMs, bf16, D = 128; R_PAD 16..128).
     return 64
 
 
@@ -439,7 +442,7 @@ def default_num_splits(batch: int, num_kv_heads: int, max_ctx_hint: int, *, num_
     and 1 (single pass, no workspace, one launch) whenever that is below 2, i.e. when the batch alone
     fills the GPU or the capacity is too short to be worth splitting.
 
-    Measured on an H200 (132 SMs, L = 8192, D = 128, bf16; CUDA graphs), the best split counts were
+    Measured on a 132-SM GPU (L = 8192, D = 128, bf16; CUDA graphs), the best split counts were
     16 / 16 / 8 / 4 / 2 / 1-2 for ``programs`` = 4 / 16 / 32 / 64 / 128 / 256 with 4-warp programs
     (``ctas_per_sm = 2``), and 16 / 16 / 4 / 1-2 for 1 / 8 / 32 / 128 programs of 8 warps
     (``ctas_per_sm = 1``): this rule picks those.
@@ -616,30 +619,42 @@ def _check_scalar(name: str, v) -> float:
     return f
 
 
-def hybrid_paged_attention(
-    q: torch.Tensor,
-    k_pool: torch.Tensor,
-    v_pool: torch.Tensor,
-    page_table: torch.Tensor,
-    ctx_len: torch.Tensor,
-    k_block: torch.Tensor,
-    v_block: torch.Tensor,
-    *,
-    scale: float,
-    k_scale: float = 1.0,
-    v_scale: float = 1.0,
-    num_splits: int | None = None,
-    out: torch.Tensor | None = None,
-    lse_out: torch.Tensor | None = None,
-    workspace: HybridWorkspace | None = None,
-    launches: list | None = None,
-    block_n: int | None = None,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class HybridTensors:
+    """The operands of one call of :func:`hybrid_paged_attention` (shapes and dtypes there)."""
+
+    q: torch.Tensor
+    k_pool: torch.Tensor
+    v_pool: torch.Tensor
+    page_table: torch.Tensor
+    ctx_len: torch.Tensor
+    k_block: torch.Tensor
+    v_block: torch.Tensor
+
+
+@dataclass(frozen=True)
+class HybridOptions:
+    """The keyword options of :func:`hybrid_paged_attention` (meanings there); ``scale`` has no default."""
+
+    scale: float
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    num_splits: int | None = None
+    out: torch.Tensor | None = None
+    lse_out: torch.Tensor | None = None
+    workspace: HybridWorkspace | None = None
+    launches: list | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+def hybrid_paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor,
+                           ctx_len: torch.Tensor, k_block: torch.Tensor, v_block: torch.Tensor,
+                           **options) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-causal attention of a draft block over its paged context plus its own dense keys.
 
-    Args:
+    Args (``options`` are keyword-only, ``scale`` required: the fields of :class:`HybridOptions`):
         q: ``[B, K, Hq, D]`` bf16 or fp16 queries (any strides).
         k_pool, v_pool: NHD paged pools ``[num_pages, page_size, Hkv, D]``, dtype of ``q`` or
             ``torch.float8_e4m3fn`` (both the same); dequantized value = stored * ``k_scale`` /
@@ -674,8 +689,82 @@ def hybrid_paged_attention(
 
     Raises:
         ValueError: on any shape, dtype, device or size problem, before anything is launched.
+        TypeError: on an unknown option or a missing ``scale``.
     """
-    # ---- validation (everything before any launch) ----
+    try:
+        opts = HybridOptions(**options)
+    except TypeError as err:
+        raise TypeError(f"hybrid_paged_attention(): {err}") from None
+    return run_hybrid(HybridTensors(q, k_pool, v_pool, page_table, ctx_len, k_block, v_block), opts)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The sizes of a call, read off its validated operands."""
+
+    B: int
+    K: int
+    Hq: int
+    Hkv: int
+    D: int
+    page_size: int
+    max_pages: int
+    device: torch.device
+    dtype: torch.dtype  # q's
+
+    @property
+    def G(self) -> int:
+        return self.Hq // self.Hkv
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a call launches: tile sizes, the split count, the interpreter's upcast, the scales in log2 units."""
+
+    r_pad: int
+    block_r: int
+    block_n: int
+    kb_pad: int
+    max_ctx: int
+    num_splits: int
+    upcast: bool
+    num_warps: int
+    extra: dict
+    qk2_ctx: float
+    qk2_blk: float
+    v_scale: float
+
+
+def run_hybrid(t: HybridTensors, o: HybridOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`hybrid_paged_attention` of bundled operands and options: everything validated before any launch,
+    then the single pass or the split-KV pass and its merge."""
+    shape = _checked_operands(t)
+    plan = _planned(shape, o)
+    B, K, Hq, D = shape.B, shape.K, shape.Hq, shape.D
+    out = o.out if o.out is not None else torch.empty((B, K, Hq, D), dtype=shape.dtype, device=shape.device)
+    lse_out = o.lse_out if o.lse_out is not None else torch.empty((B, K, Hq), dtype=torch.float32, device=shape.device)
+    if plan.num_splits == 1:
+        _launch_single(t, out, lse_out, shape, plan)
+        if o.launches is not None:
+            o.launches.append(LAUNCH_SINGLE)
+        return out, lse_out
+    ws = o.workspace
+    if ws is None:
+        ws = HybridWorkspace.allocate(B, shape.Hkv, plan.num_splits, plan.r_pad, D, shape.device)
+    if ws.l.stride() != ws.m.stride():
+        raise ValueError("workspace.l must have the same strides as workspace.m")
+    _launch_split(t, ws, shape, plan)
+    if o.launches is not None:
+        o.launches.append(LAUNCH_SPLIT)
+    _launch_merge(t, ws, out, lse_out, shape, plan)
+    if o.launches is not None:
+        o.launches.append(LAUNCH_MERGE)
+    return out, lse_out
+
+
+def _checked_operands(t: HybridTensors) -> _Shape:
+    """The sizes of `t`, each tensor checked (shape, dtype, device); ValueError naming the first problem."""
+    q, k_pool, v_pool = t.q, t.k_pool, t.v_pool
     _check_tensor("q", q, 4)
     if q.dtype not in _ACT_DTYPES:
         raise ValueError(f"q must be bfloat16 or float16, got {q.dtype}")
@@ -701,9 +790,21 @@ def hybrid_paged_attention(
         raise ValueError("k_pool must hold at least one page (k_pool.shape[0] >= 1)")
     if Hkv < 1 or Hq % Hkv != 0:
         raise ValueError(f"Hq (q.shape[2]={Hq}) must be a multiple of Hkv (k_pool.shape[2]={Hkv})")
-    G = Hq // Hkv
     if B < 1 or K < 1:
         raise ValueError(f"q must have B >= 1 and K >= 1, got shape {tuple(q.shape)}")
+    shape = _Shape(B, K, Hq, Hkv, D, page_size, _checked_table(t, B, device), device, q.dtype)
+    for name, blk in (("k_block", t.k_block), ("v_block", t.v_block)):
+        _check_tensor(name, blk, 4, device)
+        if tuple(blk.shape) != (B, K, Hkv, D):
+            raise ValueError(f"{name} must have shape [B, K, Hkv, D]={[B, K, Hkv, D]}, got {list(blk.shape)}")
+        if blk.dtype != q.dtype:
+            raise ValueError(f"{name} dtype must equal q's {q.dtype}, got {blk.dtype}")
+    return shape
+
+
+def _checked_table(t: HybridTensors, B: int, device: torch.device) -> int:
+    """The page table's width (its pages per request), the table and the context lengths checked."""
+    page_table, ctx_len = t.page_table, t.ctx_len
     _check_tensor("page_table", page_table, 2, device)
     if page_table.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"page_table must be int32 or int64, got {page_table.dtype}")
@@ -717,123 +818,109 @@ def hybrid_paged_attention(
         raise ValueError(f"ctx_len must be int32 (or int64), got {ctx_len.dtype}")
     if int(ctx_len.shape[0]) != B:
         raise ValueError(f"ctx_len must have shape [B]=[{B}], got {tuple(ctx_len.shape)}")
-    for name, t in (("k_block", k_block), ("v_block", v_block)):
-        _check_tensor(name, t, 4, device)
-        if tuple(t.shape) != (B, K, Hkv, D):
-            raise ValueError(f"{name} must have shape [B, K, Hkv, D]={[B, K, Hkv, D]}, got {list(t.shape)}")
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name} dtype must equal q's {q.dtype}, got {t.dtype}")
-    scale = _check_scalar("scale", scale)
-    k_scale = _check_scalar("k_scale", k_scale)
-    v_scale = _check_scalar("v_scale", v_scale)
-    if out is not None:
-        _check_tensor("out", out, 4, device)
-        if tuple(out.shape) != (B, K, Hq, D) or out.dtype != q.dtype:
-            raise ValueError(f"out must be {[B, K, Hq, D]} {q.dtype}, got {list(out.shape)} {out.dtype}")
-    if lse_out is not None:
-        _check_tensor("lse_out", lse_out, 3, device)
-        if tuple(lse_out.shape) != (B, K, Hq) or lse_out.dtype != torch.float32:
-            raise ValueError(f"lse_out must be {[B, K, Hq]} float32, got {list(lse_out.shape)} {lse_out.dtype}")
-    if num_splits is not None:
-        if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
-            raise ValueError(f"num_splits must be an int >= 1 or None, got {num_splits!r}")
+    return max_pages
 
-    kernel_single = _hybrid_single_kernel
-    interp = kernel_is_interpreted(kernel_single)
-    if device.type == "cpu" and not interp:
+
+def _checked_outputs(o: HybridOptions, shape: _Shape) -> None:
+    """The caller's output buffers and split count checked."""
+    B, K, Hq, D, device, dtype = shape.B, shape.K, shape.Hq, shape.D, shape.device, shape.dtype
+    if o.out is not None:
+        _check_tensor("out", o.out, 4, device)
+        if tuple(o.out.shape) != (B, K, Hq, D) or o.out.dtype != dtype:
+            raise ValueError(f"out must be {[B, K, Hq, D]} {dtype}, got {list(o.out.shape)} {o.out.dtype}")
+    if o.lse_out is not None:
+        _check_tensor("lse_out", o.lse_out, 3, device)
+        if tuple(o.lse_out.shape) != (B, K, Hq) or o.lse_out.dtype != torch.float32:
+            raise ValueError(f"lse_out must be {[B, K, Hq]} float32, got {list(o.lse_out.shape)} {o.lse_out.dtype}")
+    if o.num_splits is not None:
+        if isinstance(o.num_splits, bool) or not isinstance(o.num_splits, int) or o.num_splits < 1:
+            raise ValueError(f"num_splits must be an int >= 1 or None, got {o.num_splits!r}")
+
+
+def _planned(shape: _Shape, o: HybridOptions) -> _Plan:
+    """The options checked (scales, buffers, split count, tile override, workspace) and the launch planned."""
+    scale = _check_scalar("scale", o.scale)
+    k_scale = _check_scalar("k_scale", o.k_scale)
+    v_scale = _check_scalar("v_scale", o.v_scale)
+    _checked_outputs(o, shape)
+    interp = kernel_is_interpreted(_hybrid_single_kernel)
+    if shape.device.type == "cpu" and not interp:
         raise ValueError("q is on the CPU but the Triton kernels were compiled for a GPU: set "
                          "TRITON_INTERPRET=1 before importing lowerings._hybrid_kernel, or pass CUDA tensors")
-    upcast = bool(interp)
-
-    R = K * G
-    r_pad = padded_rows(K, G)
+    B, K, Hq, Hkv, D = shape.B, shape.K, shape.Hq, shape.Hkv, shape.D
+    r_pad = padded_rows(K, shape.G)
     block_r = row_block_size(r_pad, D)
-    n_row_blocks = r_pad // block_r
-    kb_pad = max(16, _next_pow2(K))
+    block_n = o.block_n
     if block_n is None:
         block_n = _block_n(block_r, D)
     elif not (_is_pow2(int(block_n)) and int(block_n) >= 16):
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
     block_n = int(block_n)
-    max_ctx = max_pages * page_size
+    max_ctx = shape.max_pages * shape.page_size
     if max_ctx >= 2**31:
         raise ValueError(f"page_table capacity max_pages * page_size = {max_ctx} must fit in int32")
-
+    workspace = o.workspace
     if workspace is not None and not isinstance(workspace, HybridWorkspace):
         raise ValueError(f"workspace must be a HybridWorkspace, got {type(workspace).__name__}")
+    num_splits = o.num_splits
     if num_splits is None:
-        num_splits = plan_num_splits(B, K, Hq, Hkv, D, max_ctx, block_n=block_n, device=device,
+        num_splits = plan_num_splits(B, K, Hq, Hkv, D, max_ctx, block_n=block_n, device=shape.device,
                                      workspace_max_splits=None if workspace is None else workspace.max_splits)
     if workspace is not None and num_splits > 1:
-        workspace.check(B, Hkv, num_splits, r_pad, D, device)
+        workspace.check(B, Hkv, num_splits, r_pad, D, shape.device)
+    return _Plan(r_pad=r_pad, block_r=block_r, block_n=block_n, kb_pad=max(16, _next_pow2(K)), max_ctx=max_ctx,
+                 num_splits=num_splits, upcast=bool(interp),
+                 num_warps=o.num_warps if o.num_warps is not None else (4 if block_r <= 64 else 8),
+                 extra={} if o.num_stages is None else {"num_stages": int(o.num_stages)},
+                 qk2_ctx=scale * k_scale * LOG2E, qk2_blk=scale * LOG2E, v_scale=v_scale)
 
-    # ---- outputs ----
-    if out is None:
-        out = torch.empty((B, K, Hq, D), dtype=q.dtype, device=device)
-    if lse_out is None:
-        lse_out = torch.empty((B, K, Hq), dtype=torch.float32, device=device)
 
-    qk2_ctx = scale * k_scale * LOG2E
-    qk2_blk = scale * LOG2E
-    if num_warps is None:
-        num_warps = 4 if block_r <= 64 else 8
-    extra = {} if num_stages is None else {"num_stages": int(num_stages)}
-    programs = B * Hkv * n_row_blocks
-    common_q = (q.stride(0), q.stride(1), q.stride(2), q.stride(3))
-    pool_strides = (k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), k_pool.stride(3),
-                    v_pool.stride(0), v_pool.stride(1), v_pool.stride(2), v_pool.stride(3))
-    pt_strides = (page_table.stride(0), page_table.stride(1))
-    blk_strides = (k_block.stride(0), k_block.stride(1), k_block.stride(2), k_block.stride(3),
-                   v_block.stride(0), v_block.stride(1), v_block.stride(2), v_block.stride(3))
-    out_strides = (out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-                   lse_out.stride(0), lse_out.stride(1), lse_out.stride(2))
+def _strides(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """Every stride of each tensor, in order."""
+    return tuple(s for t in tensors for s in t.stride())
 
-    if num_splits == 1:
-        _hybrid_single_kernel[(programs,)](
-            q, k_pool, v_pool, page_table, ctx_len, k_block, v_block, out, lse_out,
-            Hkv, G, R, K, n_row_blocks, max_ctx,
-            qk2_ctx, qk2_blk, v_scale,
-            *common_q, *pool_strides, *pt_strides, *blk_strides, *out_strides,
-            PAGE_SIZE=page_size, BLOCK_N=block_n, BLOCK_R=block_r, KB_PAD=kb_pad, D=D, UPCAST=upcast,
-            num_warps=num_warps, **extra,
-        )
-        if launches is not None:
-            launches.append(LAUNCH_SINGLE)
-        return out, lse_out
 
-    if workspace is None:
-        workspace = HybridWorkspace.allocate(B, Hkv, num_splits, r_pad, D, device)
-    ws = workspace
-    ws_strides = (ws.acc.stride(0), ws.acc.stride(1), ws.acc.stride(2), ws.acc.stride(3), ws.acc.stride(4),
-                  ws.m.stride(0), ws.m.stride(1), ws.m.stride(2), ws.m.stride(3))
-    if ws.l.stride() != ws.m.stride():
-        raise ValueError("workspace.l must have the same strides as workspace.m")
-
-    _hybrid_split_kernel[(programs, num_splits)](
-        q, k_pool, v_pool, page_table, ctx_len, ws.acc, ws.m, ws.l,
-        Hkv, G, R, n_row_blocks, max_ctx, num_splits,
-        qk2_ctx, v_scale,
-        *common_q, *pool_strides, *pt_strides, *ws_strides,
-        PAGE_SIZE=page_size, BLOCK_N=block_n, BLOCK_R=block_r, D=D, UPCAST=upcast,
-        num_warps=num_warps, **extra,
+def _launch_single(t: HybridTensors, out: torch.Tensor, lse_out: torch.Tensor, shape: _Shape, plan: _Plan) -> None:
+    """The single pass: each program walks its request's context, then its block keys, and writes O and LSE."""
+    n_row_blocks = plan.r_pad // plan.block_r
+    _hybrid_single_kernel[(shape.B * shape.Hkv * n_row_blocks,)](
+        t.q, t.k_pool, t.v_pool, t.page_table, t.ctx_len, t.k_block, t.v_block, out, lse_out,
+        shape.Hkv, shape.G, shape.K * shape.G, shape.K, n_row_blocks, plan.max_ctx,
+        plan.qk2_ctx, plan.qk2_blk, plan.v_scale,
+        *_strides(t.q, t.k_pool, t.v_pool, t.page_table, t.k_block, t.v_block, out, lse_out),
+        PAGE_SIZE=shape.page_size, BLOCK_N=plan.block_n, BLOCK_R=plan.block_r, KB_PAD=plan.kb_pad, D=shape.D,
+        UPCAST=plan.upcast, num_warps=plan.num_warps, **plan.extra,
     )
-    if launches is not None:
-        launches.append(LAUNCH_SPLIT)
-    # The merge reads num_splits partials per row: give it small row blocks (more programs) so that
-    # its serial loop over the splits is spread over the GPU even at batch 1.
-    merge_block_r = min(r_pad, MERGE_BLOCK_R)
-    merge_row_blocks = r_pad // merge_block_r
-    _hybrid_merge_splits_kernel[(B * Hkv * merge_row_blocks,)](
-        q, k_block, v_block, ws.acc, ws.m, ws.l, out, lse_out,
-        Hkv, G, R, K, merge_row_blocks, num_splits,
-        qk2_blk,
-        *common_q, *blk_strides, *ws_strides, *out_strides,
-        BLOCK_R=merge_block_r, KB_PAD=kb_pad, D=D, UPCAST=upcast,
+
+
+def _launch_split(t: HybridTensors, ws: HybridWorkspace, shape: _Shape, plan: _Plan) -> None:
+    """The split-KV pass: split ``s`` of each program's context into the workspace's partials."""
+    n_row_blocks = plan.r_pad // plan.block_r
+    _hybrid_split_kernel[(shape.B * shape.Hkv * n_row_blocks, plan.num_splits)](
+        t.q, t.k_pool, t.v_pool, t.page_table, t.ctx_len, ws.acc, ws.m, ws.l,
+        shape.Hkv, shape.G, shape.K * shape.G, n_row_blocks, plan.max_ctx, plan.num_splits,
+        plan.qk2_ctx, plan.v_scale,
+        *_strides(t.q, t.k_pool, t.v_pool, t.page_table, ws.acc, ws.m),
+        PAGE_SIZE=shape.page_size, BLOCK_N=plan.block_n, BLOCK_R=plan.block_r, D=shape.D, UPCAST=plan.upcast,
+        num_warps=plan.num_warps, **plan.extra,
+    )
+
+
+def _launch_merge(t: HybridTensors, ws: HybridWorkspace, out: torch.Tensor, lse_out: torch.Tensor, shape: _Shape,
+                  plan: _Plan) -> None:
+    """The merge: the block keys folded into every split's partials, O and LSE written. It reads
+    ``num_splits`` partials per row: small row blocks (more programs) spread its serial loop over the splits
+    across the GPU even at batch 1."""
+    merge_block_r = min(plan.r_pad, MERGE_BLOCK_R)
+    merge_row_blocks = plan.r_pad // merge_block_r
+    _hybrid_merge_splits_kernel[(shape.B * shape.Hkv * merge_row_blocks,)](
+        t.q, t.k_block, t.v_block, ws.acc, ws.m, ws.l, out, lse_out,
+        shape.Hkv, shape.G, shape.K * shape.G, shape.K, merge_row_blocks, plan.num_splits,
+        plan.qk2_blk,
+        *_strides(t.q, t.k_block, t.v_block, ws.acc, ws.m, out, lse_out),
+        BLOCK_R=merge_block_r, KB_PAD=plan.kb_pad, D=shape.D, UPCAST=plan.upcast,
         num_warps=4,
     )
-    if launches is not None:
-        launches.append(LAUNCH_MERGE)
-    return out, lse_out
 
 
 # The handles lowerings.triton_hybrid counts compilations of (the kernels keep their names: the profiler lists them).

@@ -34,6 +34,7 @@ the dots are bf16/fp16 MMAs with fp32 accumulation.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -46,7 +47,8 @@ ensure_interpreter_on_cpu()  # before the kernel below is decorated
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "LAUNCH_MERGE_FUTURE", "MAX_BLOCK", "KERNELS"]
+__all__ = ["merge_future_block_keys_triton", "merges_future_block_keys", "MergeOptions", "LAUNCH_MERGE_FUTURE",
+           "MAX_BLOCK", "KERNELS"]
 
 LAUNCH_MERGE_FUTURE = "merge_future_block_keys"
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -178,24 +180,41 @@ def _check_alias(name: str, out: torch.Tensor, src_name: str, src: torch.Tensor)
                          f"for an in-place update, or a disjoint buffer")
 
 
-def merge_future_block_keys_triton(
-    q: torch.Tensor,
-    k_block: torch.Tensor,
-    v_block: torch.Tensor,
-    o_a: torch.Tensor,
-    lse_a: torch.Tensor,
-    *,
-    scale: float,
-    right: int,
-    lse_a_base: float = 2.0,
-    out: torch.Tensor | None = None,
-    out_lse: torch.Tensor | None = None,
-    launches: list | None = None,
-    skip_when_empty: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class MergeOptions:
+    """The keyword options of :func:`merge_future_block_keys_triton` (meanings there); ``scale`` and ``right``
+    have no default."""
+
+    scale: float
+    right: int
+    lse_a_base: float = 2.0
+    out: torch.Tensor | None = None
+    out_lse: torch.Tensor | None = None
+    launches: list | None = None
+    skip_when_empty: bool = True
+
+
+@dataclass(frozen=True)
+class _Operands:
+    """The tensors of one call and their sizes (validated)."""
+
+    q: torch.Tensor
+    k_block: torch.Tensor
+    v_block: torch.Tensor
+    o_a: torch.Tensor
+    lse_a: torch.Tensor
+    B: int
+    K: int
+    Hq: int
+    Hkv: int
+    D: int
+
+
+def merge_future_block_keys_triton(q: torch.Tensor, k_block: torch.Tensor, v_block: torch.Tensor, o_a: torch.Tensor,
+                                   lse_a: torch.Tensor, **options) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge part B (later block keys in the right window) into part A, one Triton kernel.
 
-    Args:
+    Args (``options`` are keyword-only, ``scale`` and ``right`` required: the fields of :class:`MergeOptions`):
         q: ``[B, K, Hq, D]`` bf16/fp16 block queries.
         k_block, v_block: ``[B, K, Hkv, D]`` the block's own keys/values, dtype of ``q``
             (``Hq % Hkv == 0``; query head ``h`` reads KV head ``h // (Hq // Hkv)``).
@@ -219,7 +238,35 @@ def merge_future_block_keys_triton(
 
     Raises:
         ValueError: on any shape, dtype, device or aliasing problem, before anything is launched.
+        TypeError: on an unknown option, or without ``scale`` or ``right``.
     """
+    try:
+        opts = MergeOptions(**options)
+    except TypeError as err:
+        raise TypeError(f"merge_future_block_keys_triton(): {err}") from None
+    t = _checked_operands(q, k_block, v_block, o_a, lse_a)
+    scale, base = _checked_scalars(opts)
+    _check_buffers(t, opts.out, opts.out_lse)
+    out, out_lse = opts.out, opts.out_lse
+    if opts.skip_when_empty and not merges_future_block_keys(t.K, opts.right):
+        return _part_a(t, out, out_lse)
+    interp = kernel_is_interpreted(_merge_future_block_keys_kernel)
+    if q.device.type == "cpu" and not interp:
+        raise ValueError("q is on the CPU but the Triton kernel was compiled for a GPU: set "
+                         "TRITON_INTERPRET=1 before importing lowerings._merge_kernel, or pass CUDA tensors")
+    if out is None:
+        out = torch.empty_like(o_a, memory_format=torch.contiguous_format)
+    if out_lse is None:
+        out_lse = torch.empty((t.B, t.K, t.Hq), dtype=torch.float32, device=q.device)
+    _launch(t, out, out_lse, opts.right, scale, base, bool(interp))
+    if opts.launches is not None:
+        opts.launches.append(LAUNCH_MERGE_FUTURE)
+    return out, out_lse
+
+
+def _checked_operands(q: torch.Tensor, k_block: torch.Tensor, v_block: torch.Tensor, o_a: torch.Tensor,
+                      lse_a: torch.Tensor) -> _Operands:
+    """The operands checked (kind, rank, device, shapes, dtypes); ValueError naming the first problem."""
     for name, t, dims in (("q", q, 4), ("k_block", k_block, 4), ("v_block", v_block, 4), ("o_a", o_a, 4),
                           ("lse_a", lse_a, 3)):
         if not isinstance(t, torch.Tensor):
@@ -251,82 +298,82 @@ def merge_future_block_keys_triton(
         raise ValueError(f"o_a must be bfloat16 or float16, got {o_a.dtype}")
     if tuple(lse_a.shape) != (B, K, Hq) or lse_a.dtype != torch.float32:
         raise ValueError(f"lse_a must be {[B, K, Hq]} float32, got {list(lse_a.shape)} {lse_a.dtype}")
+    return _Operands(q, k_block, v_block, o_a, lse_a, B, K, Hq, Hkv, D)
+
+
+def _checked_scalars(o: MergeOptions) -> tuple[float, float]:
+    """`(scale, lse_a_base)` as floats, `right` checked; ValueError naming the first problem."""
+    right = o.right
     if isinstance(right, bool) or not isinstance(right, int) or right < -1:
         raise ValueError(f"right must be an int >= -1 (-1 = unbounded), got {right!r}")
     try:
-        scale = float(scale)
-        base = float(lse_a_base)
+        scale = float(o.scale)
+        base = float(o.lse_a_base)
     except (TypeError, ValueError):
-        raise ValueError(f"scale and lse_a_base must be floats, got {scale!r}, {lse_a_base!r}") from None
+        raise ValueError(f"scale and lse_a_base must be floats, got {o.scale!r}, {o.lse_a_base!r}") from None
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     if not (math.isfinite(base) and base > 0.0 and base != 1.0):
-        raise ValueError(f"lse_a_base must be a finite base > 0 and != 1 (2.0 or math.e), got {lse_a_base!r}")
+        raise ValueError(f"lse_a_base must be a finite base > 0 and != 1 (2.0 or math.e), got {o.lse_a_base!r}")
+    return scale, base
+
+
+def _check_buffers(t: _Operands, out: torch.Tensor | None, out_lse: torch.Tensor | None) -> None:
+    """The caller's output buffers: their shape, dtype and device, and no partial overlap with part A's tensors
+    or with each other (exactly part A's tensors: an in-place update)."""
+    B, K, Hq, D, device = t.B, t.K, t.Hq, t.D, t.q.device
     if out is not None:
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, K, Hq, D) or out.dtype != o_a.dtype \
-                or out.device != q.device:
-            raise ValueError(f"out must be a {[B, K, Hq, D]} {o_a.dtype} tensor on {q.device}")
-        _check_alias("out", out, "o_a", o_a)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, K, Hq, D) or out.dtype != t.o_a.dtype \
+                or out.device != device:
+            raise ValueError(f"out must be a {[B, K, Hq, D]} {t.o_a.dtype} tensor on {device}")
+        _check_alias("out", out, "o_a", t.o_a)
     if out_lse is not None:
         if not isinstance(out_lse, torch.Tensor) or tuple(out_lse.shape) != (B, K, Hq) \
-                or out_lse.dtype != torch.float32 or out_lse.device != q.device:
-            raise ValueError(f"out_lse must be a {[B, K, Hq]} float32 tensor on {q.device}")
-        _check_alias("out_lse", out_lse, "lse_a", lse_a)
+                or out_lse.dtype != torch.float32 or out_lse.device != device:
+            raise ValueError(f"out_lse must be a {[B, K, Hq]} float32 tensor on {device}")
+        _check_alias("out_lse", out_lse, "lse_a", t.lse_a)
     if out is not None and out_lse is not None:
         a0, a1 = _span(out)
         b0, b1 = _span(out_lse)
         if a0 < b1 and b0 < a1:
             raise ValueError("out and out_lse overlap")
 
-    if skip_when_empty and not merges_future_block_keys(K, right):
-        if out is None:
-            out = o_a.clone()
-        elif not _same_view(out, o_a):
-            out.copy_(o_a)
-        if out_lse is None:
-            out_lse = lse_a.clone()
-        elif not _same_view(out_lse, lse_a):
-            out_lse.copy_(lse_a)
-        return out, out_lse
 
-    kernel = _merge_future_block_keys_kernel
-    interp = kernel_is_interpreted(kernel)
-    if q.device.type == "cpu" and not interp:
-        raise ValueError("q is on the CPU but the Triton kernel was compiled for a GPU: set "
-                         "TRITON_INTERPRET=1 before importing lowerings._merge_kernel, or pass CUDA tensors")
-
+def _part_a(t: _Operands, out: torch.Tensor | None, out_lse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Part A as the result, no launch (no query has a later key in its window): copied into `out`/`out_lse`,
+    nothing done where they are part A's own tensors, fresh clones where not given."""
     if out is None:
-        out = torch.empty_like(o_a, memory_format=torch.contiguous_format)
+        out = t.o_a.clone()
+    elif not _same_view(out, t.o_a):
+        out.copy_(t.o_a)
     if out_lse is None:
-        out_lse = torch.empty((B, K, Hq), dtype=torch.float32, device=q.device)
+        out_lse = t.lse_a.clone()
+    elif not _same_view(out_lse, t.lse_a):
+        out_lse.copy_(t.lse_a)
+    return out, out_lse
 
-    G = Hq // Hkv
-    R = K * G
+
+def _launch(t: _Operands, out: torch.Tensor, out_lse: torch.Tensor, right: int, scale: float, base: float,
+            upcast: bool) -> None:
+    """One launch of the kernel over every row block of every (request, KV head)."""
+    G = t.Hq // t.Hkv
+    R = t.K * G
     r_pad = max(16, _next_pow2(R))
-    block_r = min(r_pad, 128 if D <= 128 else 64)
+    block_r = min(r_pad, 128 if t.D <= 128 else 64)
     n_row_blocks = r_pad // block_r
-    kb_pad = max(16, _next_pow2(K))
+    kb_pad = max(16, _next_pow2(t.K))
     ln_base = math.log(base)
     a_to_log2 = ln_base / LN2  # exactly 1.0 for base 2
     log2_to_base = LN2 / ln_base
-    grid = (B * Hkv * n_row_blocks,)
-    kernel[grid](
-        q, k_block, v_block, o_a, lse_a, out, out_lse,
-        Hkv, G, R, K, n_row_blocks, int(right),
+    grid = (t.B * t.Hkv * n_row_blocks,)
+    _merge_future_block_keys_kernel[grid](
+        t.q, t.k_block, t.v_block, t.o_a, t.lse_a, out, out_lse,
+        t.Hkv, G, R, t.K, n_row_blocks, int(right),
         scale * 1.4426950408889634, a_to_log2, log2_to_base,
-        q.stride(0), q.stride(1), q.stride(2), q.stride(3),
-        k_block.stride(0), k_block.stride(1), k_block.stride(2), k_block.stride(3),
-        v_block.stride(0), v_block.stride(1), v_block.stride(2), v_block.stride(3),
-        o_a.stride(0), o_a.stride(1), o_a.stride(2), o_a.stride(3),
-        lse_a.stride(0), lse_a.stride(1), lse_a.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        out_lse.stride(0), out_lse.stride(1), out_lse.stride(2),
-        BLOCK_R=block_r, KB_PAD=kb_pad, D=D, UPCAST=bool(interp),
+        *(s for x in (t.q, t.k_block, t.v_block, t.o_a, t.lse_a, out, out_lse) for s in x.stride()),
+        BLOCK_R=block_r, KB_PAD=kb_pad, D=t.D, UPCAST=upcast,
         num_warps=4 if block_r <= 64 else 8,
     )
-    if launches is not None:
-        launches.append(LAUNCH_MERGE_FUTURE)
-    return out, out_lse
 
 
 KERNELS = (_merge_future_block_keys_kernel,)  # the handle lowerings.merges counts compilations of

@@ -3,7 +3,7 @@
 Triton decides *when a kernel is decorated* (``@triton.jit``) whether it becomes a compiled
 ``JITFunction`` or an interpreted ``InterpretedFunction``:
 
-- triton >= 3.4 (3.6 on the H200 image, 3.9 here): ``triton.knobs.runtime.interpret``, an ``env_bool``
+- triton >= 3.4: ``triton.knobs.runtime.interpret``, an ``env_bool``
   knob that reads the environment variable ``TRITON_INTERPRET`` each time it is asked (unless code set
   the knob explicitly), and ``triton.jit`` asks it at decoration time;
 - older triton: ``os.environ.get("TRITON_INTERPRET", "0") == "1"`` read inside ``triton.jit``.

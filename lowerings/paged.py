@@ -8,6 +8,8 @@ This is deliberately not the oracle: it reads through its own page-table code, i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from lowerings import counters
@@ -47,11 +49,27 @@ def append_paged_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torc
                 pool[pid, :, slot] = val
 
 
+@dataclass(frozen=True)
+class PagedOptions:
+    """The keyword options of `paged_attention`: the pools' `layout` ("NHD" `[pages, page_size, Hkv, D]` or "HND"
+    `[pages, Hkv, page_size, D]`) and `page_size`, the softmax `scale` on `<q, k>`, `window_left=W` (keys
+    `t >= p - W`; -1 none), `causal` (keys `t <= p`), `k_scale`/`v_scale` (an fp8 pool's dequantization:
+    `stored * scale`)."""
+
+    layout: str
+    page_size: int
+    scale: float
+    window_left: int = -1
+    causal: bool = False
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+
 def _gather_keys(k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, t: torch.Tensor,
-                 valid: torch.Tensor, *, layout: str, page_size: int, k_scale: float, v_scale: float,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                 valid: torch.Tensor, o: PagedOptions, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values `[n, span, Hkv, D]` in `dtype` at absolute positions `t [n, span]` of page-table rows
     `table [n, P]`; zeros where `valid [n, span]` is False (page 0 read in their place, never used)."""
+    layout, page_size, k_scale, v_scale = o.layout, o.page_size, o.k_scale, o.v_scale
     col = torch.clamp(t // page_size, max=table.shape[1] - 1)
     pid = torch.gather(table.to(torch.long), 1, col)
     pid = torch.where(valid, pid, torch.zeros_like(pid))
@@ -87,13 +105,18 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor,
-                    kv_lens: list[int], *, layout: str, page_size: int, scale: float, window_left: int = -1,
-                    causal: bool = False, k_scale: float = 1.0, v_scale: float = 1.0):
+                    kv_lens: list[int], **options):
     """Paged attention of `q [N, M, Hq, D]` (M queries per row at the last M positions of the row's
     `kv_lens[n]` keys, bottom-right aligned as flashinfer aligns them) over page-table rows
-    `page_table [N, P]`. `window_left=W` keeps keys `t >= p - W`; `causal` keeps `t <= p`.
+    `page_table [N, P]`. Keyword options (`PagedOptions`): `layout`, `page_size` and `scale` required;
+    `window_left=W` keeps keys `t >= p - W`; `causal` keeps `t <= p`; `k_scale`, `v_scale` (default 1.0).
     Returns `out [N, M, Hq, D]` (q's dtype) and `lse [N, M, Hq]` fp32 base 2.
     """
+    try:
+        o = PagedOptions(**options)
+    except TypeError as err:
+        raise TypeError(f"paged_attention(): {err}") from None
+    layout, window_left, causal = o.layout, o.window_left, o.causal
     N, M, Hq, D = q.shape
     dev = q.device
     if N == 0:
@@ -101,9 +124,7 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     if GROUP_DECODE_ROWS and M == 1 and N > 1:
         runs = _same_table_runs(page_table)
         if len(runs) < N:
-            done = _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, layout=layout,
-                                        page_size=page_size, scale=scale, window_left=window_left,
-                                        k_scale=k_scale, v_scale=v_scale)
+            done = _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, o)
             if done is not None:
                 return done
     Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
@@ -111,7 +132,7 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     T = max(int(max(kv_lens)), 1)
     # Under a window, a row's visible keys lie in its last `M + window_left` positions: only those are
     # gathered (from a per-row start), not all T (part A of a windowed merge at 128K keys and a 4K window
-    # gathered 32x what it used: 2.1 s a case on the H200, docs/gpu/2026-12-03-h200-session13.md). Keys
+    # gathered 32x what it used, docs/gpu/2026-12-03-h200-session13.md). Keys
     # outside the window had weight exactly 0, so only the order of the fp32 sums changes.
     span = window_left + M if (GATHER_WINDOW_ONLY and window_left >= 0 and window_left + M < T) else T
     rows_per = max(1, MAX_GATHER_ELEMS // max(1, span * Hkv * D))
@@ -122,16 +143,15 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         start = torch.clamp(ln - span, min=0) if span < T else torch.zeros_like(ln)
         t = start + torch.arange(span, device=dev).view(1, -1)  # [n, span] absolute key positions
         valid = t < ln
-        k, v = _gather_keys(k_pool, v_pool, page_table[n0:n1], t, valid, layout=layout, page_size=page_size,
-                            k_scale=k_scale, v_scale=v_scale, dtype=q.dtype)
+        k, v = _gather_keys(k_pool, v_pool, page_table[n0:n1], t, valid, o, q.dtype)
         pos = ln - M + torch.arange(M, device=dev).view(1, -1)  # [n, M]
         mask = valid.view(-1, 1, span) & torch.ones((1, M, 1), dtype=torch.bool, device=dev)
         if window_left >= 0:
             mask = mask & (t.view(-1, 1, span) >= (pos - window_left).unsqueeze(-1))
         if causal:
             mask = mask & (t.view(-1, 1, span) <= pos.unsqueeze(-1))
-        o, lse = attend(q[n0:n1], k, v, mask, scale)
-        outs.append(o)
+        out, lse = attend(q[n0:n1], k, v, mask, o.scale)
+        outs.append(out)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses)
 
@@ -149,17 +169,18 @@ def _same_table_runs(page_table: torch.Tensor) -> list[tuple[int, int]]:
     return runs
 
 
-def _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, *, layout, page_size, scale, window_left,
-                         k_scale, v_scale):
+def _grouped_decode_rows(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor,
+                         kv_lens: list[int], runs: list[tuple[int, int]], o: PagedOptions):
     """`paged_attention` of one-query rows `q [N, 1, Hq, D]`, the rows of each run in `runs` (consecutive rows
     on the same page-table row: the K decode rows of one request) read through one gather of the keys the
     run's rows can see, instead of one gather per row. Each row keeps its own length and window (its own
     mask), so it attends to exactly the keys it did alone; only the order of the fp32 sums changes. Decode
-    rows at 128K keys gathered each request's keys K times (up to ~44 s a case on the H200, session 14).
+    rows at 128K keys gathered each request's keys K times.
     None where it would read no fewer keys than the rows alone (rows of one run far apart under a window)."""
     N, _, Hq, D = q.shape
     dev = q.device
-    Hkv = k_pool.shape[2] if layout == "NHD" else k_pool.shape[1]
+    window_left = o.window_left
+    Hkv = k_pool.shape[2] if o.layout == "NHD" else k_pool.shape[1]
     R = max(n1 - n0 for n0, n1 in runs)
     G = len(runs)
     first = [n0 for n0, _ in runs]
@@ -191,15 +212,14 @@ def _grouped_decode_rows(q, k_pool, v_pool, page_table, kv_lens, runs, *, layout
         t = start_g[g0:g1].view(-1, 1) + torch.arange(span, device=dev).view(1, -1)  # [g, span]
         ln = lens_g[g0:g1]  # [g, R]
         valid = t < ln.max(dim=1, keepdim=True).values
-        k, v = _gather_keys(k_pool, v_pool, table_g[g0:g1], t, valid, layout=layout, page_size=page_size,
-                            k_scale=k_scale, v_scale=v_scale, dtype=q.dtype)
+        k, v = _gather_keys(k_pool, v_pool, table_g[g0:g1], t, valid, o, q.dtype)
         tt = t.view(-1, 1, span)
         mask = tt < ln.unsqueeze(-1)  # [g, R, span]: each row its own length
         if window_left >= 0:
             mask = mask & (tt >= (ln - 1 - window_left).unsqueeze(-1))
-        o, l2 = attend(q_g[g0:g1], k, v, mask, scale)  # [g, R, Hq, D], [g, R, Hq]
+        og, l2 = attend(q_g[g0:g1], k, v, mask, o.scale)  # [g, R, Hq, D], [g, R, Hq]
         keep = real[g0:g1]
         idx = rows_g[g0:g1][keep]
-        out[idx, 0] = o[keep]
+        out[idx, 0] = og[keep]
         lse[idx, 0] = l2[keep]
     return out, lse

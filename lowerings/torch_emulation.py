@@ -1,6 +1,6 @@
 """The production decompositions of docs/semantics.md section 4, in torch, on any device.
 
-- `sdpa`: torch SDPA in the working dtype over each request's gathered pages (the yardstick until session 24;
+- `sdpa`: torch SDPA in the working dtype over each request's gathered pages (the former yardstick;
   now what `tests/parity/test_yardstick.py` measures the default yardstick against).
 - `context`: one batched non-causal paged-prefill call, K queries per request over `L+K` keys.
 - `decode_rows`: `B*K` single-query decode rows over repeated page tables, `seq_len = L+K`; the context
@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from lowerings import counters, paged
+from lowerings.limits import Limits
 from lowerings.merges import MERGE_FORMS, merge_eager, merges_future_block_keys
 from lowerings.protocol import BASE_2, BASE_E, LoweringResult, Partial
 from oracle.rules import DECODE_ROWS_MAX_BATCH, context_window_reason, decode_rows_window_reason
@@ -51,7 +52,6 @@ class TorchLoweringBase:
         """On a CPU, long contexts (to 8192 keys, past the 4096 where fixed-size buffers and split-KV
         boundaries bite) on small heads; on CUDA, the device's production defaults (None)."""
         if device == "cpu":
-            from strategies import Limits
             return Limits(max_production_context=CPU_PRODUCTION_CONTEXT)
         return None
 
@@ -95,8 +95,8 @@ class Sdpa(TorchLoweringBase):
 
     def run_output(self, inputs: Inputs) -> torch.Tensor:
         """The output alone `[B, K, Hq, D]`, the same bits as `run(inputs).out`: what the yardstick needs
-        (`parity.engine.case_run.run_yardstick`), without the fp32 score matrix the LSE costs (measured on the H200
-        at production scale, session 6 run 22: the LSE was 40% of the yardstick's 0.39 s per case)."""
+        (`parity.engine.case_run.run_yardstick`), without the fp32 score matrix the LSE costs (at production scale
+        the LSE was 40% of the yardstick's time)."""
         return self._attend(inputs, with_lse=False)[0]
 
     def _attend(self, inputs: Inputs, *, with_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -108,9 +108,8 @@ class Sdpa(TorchLoweringBase):
         requests is the per-request computation with masked keys added, which add exact zeros; torch's
         kernels may block a batch of calls differently, so an element can differ from the request alone by
         one rounding (tests/lowerings/test_protocol.py). Batched because a case is host-bound on a GPU: one
-        request at a time cost about 25 launches per request (B up to 64 in the `gpu` profile; on the H200
-        the yardstick phase went from 9.3-10.1 to 2.6-2.9 ms a case, docs/gpu/2026-12-02-h200-session12.md
-        run 38)."""
+        request at a time cost about 25 launches per request (B up to 64 in the `gpu` profile; batched, the
+        yardstick phase took a third of the time, docs/gpu/2026-12-02-h200-session12.md)."""
         c = inputs.case
         B, K, Hq, D = inputs.q.shape
         out = torch.empty((B, K, Hq, D), dtype=inputs.q.dtype, device=inputs.device)
@@ -361,7 +360,6 @@ class WindowedMerge(TorchLoweringBase):
 
     def case_limits(self, device: str):
         """The Triton merge runs interpreted on a CPU; torch.compile traces once per shape family."""
-        from strategies import Limits
         if device == "cuda":
             return Limits(max_context=2048)
         if self.form == "triton":

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from lowerings import counters
+from lowerings.limits import Limits
 from lowerings.protocol import BASE_E, LoweringResult
 from oracle.case import Case
 from oracle.inputs import Inputs
@@ -31,8 +32,8 @@ class HybridPaged:
     deterministic = True
     # Compilations per shape family (compile_family): the single-pass kernel, plus the split kernel and
     # its merge when the split plan takes the split-KV path for longer contexts: 3 with the production
-    # plan, 2 with a fixed split count. Never one per batch size, length or split count. (The H200's
-    # 500-case sweep, docs/gpu run 8, saw 3 in a family under the old bound of 2 for both.)
+    # plan, 2 with a fixed split count. Never one per batch size, length or split count. (A 500-case GPU
+    # sweep saw 3 in a family under an old bound of 2 for both.)
     max_compiles = 3
     writes_given_output = True  # the launcher writes into out=/lse_out= (the runner poisons and guards them)
     supports_by_shape = True  # supports() reads shape fields only (lowerings.protocol.OptionalHooks)
@@ -49,7 +50,6 @@ class HybridPaged:
 
     def case_limits(self, device: str):
         """Under the CPU interpreter a program costs 10-20 ms per loop iteration: small shapes there."""
-        from strategies import Limits
         if device == "cuda":
             return Limits(max_batch=64, max_context=4096, max_kv_heads=4, max_group=8, max_block=16)
         return Limits(max_batch=3, max_context=140, max_kv_heads=2, max_group=5, max_block=8, head_dims=(64,),
@@ -58,10 +58,10 @@ class HybridPaged:
     def compile_family(self, case: Case) -> tuple:
         """What a deployed drafter fixes: dtypes, head dim, page size, K and the head counts (Triton
         specializes on `Hkv == 1` and `G == 1`, so two models with the same K*G are two families, as
-        measured on the H200, docs/gpu run 7). Batch, lengths, page table and split count must never
+        measured on a GPU). Batch, lengths, page table and split count must never
         compile anything new (the kernels' DO_NOT_SPECIALIZE). The page table's dtype is part of the
         family: an int64 table is another kernel signature (`pt_ptr`'s element type), which a serving stack
-        fixes once; without it the H200's default check (docs/gpu run 16) counted 3 compiles in one family
+        fixes once; without it a GPU's default check counted 3 compiles in one family
         of `hybrid_paged[splits=4]` (split kernel for int32 and int64 tables, plus the merge)."""
         return (case.dtype, case.kv_dtype, case.head_dim, case.page_size, case.block_size, case.num_q_heads,
                 case.num_kv_heads, case.page_table_dtype)

@@ -3,8 +3,8 @@
 Format 2's device build (`oracle.values`) draws each block of positions of each stream of each request with
 its own generator call: about 1,300 launches for a mean `gpu`-profile case (B up to 64, contexts to 128K;
 counted from the blocks of 338 drawn cases of `context[flashinfer-fa2]`, seed 3, on the CPU),
-which made building a case's tensors the largest host cost of a GPU case (11-15 ms of 29-34,
-docs/gpu/2026-12-02-h200-session11.md run 36). Format 3 keeps format 2's values in the host build (and
+which made building a case's tensors the largest host cost of a GPU case (about 40% of it,
+docs/gpu/2026-12-02-h200-session11.md). Format 3 keeps format 2's values in the host build (and
 so on the CPU) and draws the device build counter-based: the standard normal of element `e` (`h * D + d`)
 of position `t` of a stream is Philox keyed by the stream's seed (`oracle.values.stream_seed(seed,
 request key, stream, 0)`) at counter `t * H * D + e` (`oracle._values_kernel`). So, as in format 2, a
@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 import torch
 
 from oracle.case import Case
+from oracle.dtypes import interpreting, page_table_int32
 from oracle.errors import InvalidInput
-from oracle.inputs import page_table_int32
 from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_SPREAD, TINY, range_layouts,
                            range_q_gain, regime_gains, request_keys, sink_gain, stream_seed)
 
@@ -55,8 +56,7 @@ _UNREAD: dict[torch.device, torch.Tensor] = {}
 def _unread_fp32(device: torch.device) -> torch.Tensor:
     """One fp32 element on `device`, passed for an affine pointer the kernel does not read. Passing the seeds
     (int64) there made each combination of present and absent maps its own kernel signature, so its own
-    Triton compile: 101 compiles of 20 variants of `stream_kernel` in run 8's command on a cold cache (H200
-    run 76)."""
+    Triton compile (20 variants of `stream_kernel` where one per dtype and regime class is due)."""
     z = _UNREAD.get(device)
     if z is None:
         z = _UNREAD[device] = torch.zeros(1, dtype=torch.float32, device=device)
@@ -71,13 +71,30 @@ class _Affine:
         self.a, self.c, self.s, self.pos = a, c, s, pos
 
 
-def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest: int, heads: int, D: int,
-            aff: _Affine, *, table: torch.Tensor | None = None, page_size: int = 1, layout: str = "NHD",
-            clamp: bool = False) -> None:
-    """Fill `dst` (a pool through `table`, or dense `[B, rows, H, D]`) with the streams of `seeds [B]`."""
-    from oracle import _fast, _values_kernel as vk
+@dataclass(frozen=True)
+class _Paged:
+    """Where a launch writes a pool: through `table [B, pages]` int32, `page_size` slots a page, `layout` NHD
+    (`[pages, page_size, H, D]`) or HND (`[pages, H, page_size, D]`)."""
 
-    if dst.device.type == "cpu" and not _fast.interpreting():
+    table: torch.Tensor
+    page_size: int
+    layout: str
+
+    def strides(self, heads: int, D: int) -> tuple[int, int, int]:
+        """Elements between pages, slots and heads of the pool."""
+        HD = heads * D
+        if self.layout == "NHD":
+            return (self.page_size * HD, HD, D)
+        return (HD * self.page_size, D, self.page_size * D)
+
+
+def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest: int, heads: int, D: int,
+            aff: _Affine, *, paged: _Paged | None = None, clamp: bool = False) -> None:
+    """Fill `dst` (a pool through `paged`, or dense `[B, rows, H, D]`) with the streams of `seeds [B]`, `lens [B]`
+    int32 positions each (`longest` the most); `clamp`: to fp8's range (an fp8 pool)."""
+    from oracle import _values_kernel as vk  # imports triton: only where a format 3 device build runs
+
+    if dst.device.type == "cpu" and not interpreting():
         raise InvalidInput("build", "format 3's device build runs a Triton kernel: on a CPU only under Triton's "
                                     "interpreter (TRITON_INTERPRET=1 set before the kernel's module is imported)")
     B = seeds.shape[0]
@@ -90,13 +107,10 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
     grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / BLOCK_E))
     z = _unread_fp32(dst.device)  # the a, c, s a launch does not read: fp32 like theirs, so one signature
     pos = aff.pos if aff.s is not None else lens  # int32 either way (`lens` unread without a sink)
-    if table is not None:
-        if layout == "NHD":
-            strides = (page_size * HD, HD, D)  # [pages, page_size, H, D]
-        else:
-            strides = (HD * page_size, D, page_size * D)  # [pages, H, page_size, D]
+    if paged is not None:
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
-                               aff.s if aff.s is not None else z, pos, table, table.stride(0), page_size, 0, *strides,
+                               aff.s if aff.s is not None else z, pos, paged.table, paged.table.stride(0),
+                               paged.page_size, 0, *paged.strides(heads, D),
                                D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
                                PAGED=True, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
@@ -193,9 +207,9 @@ def draw(c: Case, device: torch.device, table: torch.Tensor, k_pool: torch.Tenso
     aff = _regimes(c, device, keys, aux)
     lens = _on(device, list(c.context_lens), torch.int32)
     longest = max(c.context_lens, default=0)
-    table = page_table_int32(table)  # one variant per pool dtype whatever the table's index dtype
+    paged = _Paged(page_table_int32(table), ps, c.layout)  # one variant per pool dtype whatever the table's dtype
     for pool, s in ((k_pool, "k"), (v_pool, "v")):
-        _launch(pool, seed_of[s], lens, longest, Hkv, D, aff[s], table=table, page_size=ps, layout=c.layout, clamp=fp8)
+        _launch(pool, seed_of[s], lens, longest, Hkv, D, aff[s], paged=paged, clamp=fp8)
     k_lens = torch.full((B,), K, dtype=torch.int32, device=device)
     q = torch.empty((B, K, Hq, D), dtype=dt, device=device)
     _launch(q, seed_of["q"], k_lens, K, Hq, D, aff["q"])

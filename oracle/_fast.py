@@ -9,22 +9,17 @@ the split partials, `splits * B * Hkv * rows * (D + 2) * 4` bytes (16 MiB at B=3
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
 from oracle.case import Case, pages_needed
-from oracle.inputs import TORCH_DTYPES, Inputs, page_table_int32
+from oracle.dtypes import TORCH_DTYPES, interpreting, page_table_int32
+from oracle.inputs import Inputs, materialize
 
 BLOCK_N = 64
 MAX_BLOCK_R = 64
 BLOCK_N_F64, MAX_BLOCK_R_F64 = 32, 32  # fp64 tiles: half as many keys and rows (registers)
 _SM_COUNT: dict[int, int] = {}
-
-
-def interpreting() -> bool:
-    """Whether `TRITON_INTERPRET` asks for Triton's interpreter (read without importing triton)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def _pow2_at_least(n: int, floor: int = 16) -> int:
@@ -135,8 +130,6 @@ def f64_ready(device: torch.device) -> bool:
     by attending a tiny case; where it cannot, the golden reference takes the torch engine in fp64 (slower)."""
     key = str(device)
     if key not in _F64_READY:
-        from oracle.inputs import materialize
-
         case = variant_cases((64,), ("bfloat16",), ("same",), 1, 1, f64=True)[0]
         try:
             inputs = materialize(case, device)

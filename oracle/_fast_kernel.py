@@ -116,8 +116,8 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
 # "divisible by 16" variants): a sweep over K, GQA groups, page sizes, windows, batch sizes and page-table
 # views compiles the kernel once per (D, row block, dtypes), not once per case shape. The block's storage
 # (`appended`) and the window-B mask (`fbk`) are run-time switches too: as constexprs they made four
-# variants of each (a cold H200 run compiled 100 variants, 1.4 s each: docs/gpu/2026-12-03-h200-session22.md
-# run 77); the arithmetic each case runs is the same either way, only its masks read the switches. The
+# variants of each (a cold cache compiled 100 variants, over a second each: docs/gpu/2026-12-03-h200-session22.md);
+# the arithmetic each case runs is the same either way, only its masks read the switches. The
 # tensor strides stay specialized: with D in {64, 128} they are multiples of 16 in every case, which keeps
 # the loads vectorized.
 RUNTIME_ARGS = ["s_pt_b", "s_pt_c", "Hkv", "n_splits", "left", "right", "appended", "fbk", "fbk_right", "K", "G",

@@ -17,8 +17,8 @@ import triton.language as tl
 
 # Values that vary between cases are run-time arguments: no recompile per page size, stride or head count (a
 # specialization on `== 1` or divisibility by 16 would make one compile per class of each).
-# The regime switches too: one compile per destination dtype and storage (H200 run 40: with them constexpr, a
-# process on a cold Triton cache spent 38.8 s compiling its warm-up's variants).
+# The regime switches too: one compile per destination dtype and storage (as constexprs they made a process on
+# a cold Triton cache spend tens of seconds compiling its warm-up's variants).
 RUNTIME_ARGS = ["table_stride", "page_size", "rows", "stride_page", "stride_slot", "stride_head", "D", "HD",
                 "AFFINE", "SINK", "CLAMP"]
 

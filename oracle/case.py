@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from oracle.case_json import JSON_BOUNDS, check_json_fields, is_int, shown  # noqa: F401  (JSON_BOUNDS: re-exported)
 from oracle.errors import InvalidInput
 
 # Format 2: each request's values from streams of its own (oracle/values.py), `values`, `value_keys`.
@@ -193,8 +194,8 @@ class Case(BatchShape):
                                f"{', '.join(map(str, READ_FORMAT_VERSIONS))}, got {version!r}")
         data["version"] = version
         batch_size = data.pop("batch_size", None)
-        if batch_size is not None and not _is_int(batch_size):
-            raise InvalidInput(f"{source}: batch_size", f"an integer, got {_shown(batch_size)}")
+        if batch_size is not None and not is_int(batch_size):
+            raise InvalidInput(f"{source}: batch_size", f"an integer, got {shown(batch_size)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -206,7 +207,7 @@ class Case(BatchShape):
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data)
         if missing:
             raise InvalidInput(f"{source}: {missing[0]}", "required case field is missing")
-        _check_json_fields(data, source)
+        check_json_fields(data, source)
         try:
             case = cls(**data)
         except InvalidInput as err:
@@ -244,84 +245,6 @@ class Case(BatchShape):
                 + (" (case format 1)" if self.version == 1 else ""))
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-# ---- a case read from JSON (a user's file, a failure file, a worker's answer) ----------------------------
-# The largest values a case read from JSON may hold: past them it is refused before anything is built
-# (B = 10**6 or K = 10**5 would hang the run or get it OOM-killed). The bytes a case needs are checked
-# against the device's memory where it runs (parity.front.intake.check_case_fits).
-JSON_BOUNDS = {"batch_size": 1 << 16, "block_size": 1 << 12, "num_q_heads": 1 << 10, "num_kv_heads": 1 << 10,
-               "head_dim": 1 << 10, "page_size": 1 << 16, "num_pages": 1 << 24, "context_lens": 1 << 24,
-               "page_table_pad": 1 << 16}
-_JSON_INTS = ("block_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "num_pages", "page_table_pad",
-              "seed")
-_JSON_STRS = ("layout", "dtype", "kv_dtype", "block_storage", "page_table_dtype")
-
-
-def _shown(x: Any) -> str:
-    """A JSON value as a message shows it: scalars as they are (cut), arrays and objects by kind and size
-    (never recursing into them: a deeply nested value must not blow the stack)."""
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "true" if x else "false"
-    if isinstance(x, (list, tuple)):
-        return f"an array of {len(x)}"
-    if isinstance(x, dict):
-        return f"an object of {len(x)} key(s)"
-    text = repr(x)
-    kind = "a string " if isinstance(x, str) else ""
-    return kind + (text if len(text) <= 40 else text[:37] + "...")
-
-
-def _check_json_fields(data: dict[str, Any], source: str) -> None:
-    """JSON types and sizes of a case's fields, before the `Case` is built: one InvalidInput naming the
-    file and the field (`FILE: pages: an array of arrays of page ids, got 3`)."""
-    def bad(where: str, rule: str) -> None:
-        raise InvalidInput(f"{source}: {where}", rule)
-
-    for name in _JSON_INTS:
-        if name in data and not _is_int(data[name]):
-            bad(name, f"an integer, got {_shown(data[name])}")
-    for name in _JSON_STRS:
-        if name in data and not isinstance(data[name], str):
-            bad(name, f"a string, got {_shown(data[name])}")
-    for name in ("k_scale", "v_scale", "scale"):
-        v = data.get(name, 1.0)
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool)) and not (name == "scale" and v is None):
-            bad(name, f"a number{' or null' if name == 'scale' else ''}, got {_shown(v)}")
-    lens, pages, window = data["context_lens"], data["pages"], data.get("window", [UNBOUNDED, UNBOUNDED])
-    if isinstance(lens, list) and len(lens) > JSON_BOUNDS["batch_size"]:  # before walking a million entries
-        bad("batch_size", f"batch_size at most {JSON_BOUNDS['batch_size']} in a case read from JSON (refused "
-                          f"before anything is allocated), got {len(lens)}")
-    if not isinstance(lens, list) or not all(_is_int(x) for x in lens):
-        bad("context_lens", f"an array of integers, got {_shown(lens)}"
-            + ("" if not isinstance(lens, list) else f" holding {_shown(next(x for x in lens if not _is_int(x)))}"))
-    if not isinstance(pages, list) or not all(isinstance(r, list) for r in pages):
-        bad("pages", f"an array of arrays of page ids (one per request), got {_shown(pages)}"
-            + ("" if not isinstance(pages, list) else f" holding {_shown(next(r for r in pages if not isinstance(r, list)))}"))
-    for b, row in enumerate(pages):
-        if not set(map(type, row)) <= {int}:  # JSON integers (bool is not int here); one C-level pass per row
-            bad(f"pages[{b}]", f"an array of integer page ids, holding {_shown(next(p for p in row if not _is_int(p)))}")
-    for name in ("value_keys", "peak_keys"):
-        if name in data and not (isinstance(data[name], list) and all(_is_int(x) for x in data[name])):
-            bad(name, f"an array of integers (one per request), got {_shown(data[name])}")
-    if not isinstance(window, list) or len(window) != 2 or not all(_is_int(w) for w in window):
-        bad("window", f"an array [left, right] of two integers, got {_shown(window)}")
-    sizes = {"batch_size": len(lens), "context_lens": max(lens, default=0),
-             **{k: data[k] for k in JSON_BOUNDS if k in data and k != "context_lens"}}
-    for name, v in sizes.items():
-        if v > JSON_BOUNDS[name]:
-            what = "each context length" if name == "context_lens" else name
-            bad(name, f"{what} at most {JSON_BOUNDS[name]} in a case read from JSON (refused before anything is "
-                      f"allocated), got {v}")
-    listed = sum(len(r) for r in pages)
-    if listed > JSON_BOUNDS["num_pages"]:
-        bad("pages", f"at most {JSON_BOUNDS['num_pages']} page ids in all, got {listed}")
-
-
 _CHECKED_PAGES: dict[int, tuple[tuple, int]] = {}  # id(pages) -> (pages, num_pages) found valid (pages kept alive)
 
 
@@ -349,10 +272,10 @@ def _validate(c: Case) -> None:
 
     for name in ("block_size", "num_q_heads", "num_kv_heads", "head_dim", "page_size", "num_pages"):
         v = getattr(c, name)
-        need(_is_int(v) and v >= 1, name, f"a positive integer, got {v!r}")
+        need(is_int(v) and v >= 1, name, f"a positive integer, got {v!r}")
     need(len(c.context_lens) >= 1, "context_lens", "at least one request (batch size >= 1)")
     for b, L in enumerate(c.context_lens):
-        need(_is_int(L) and L >= 0, f"context_lens[{b}]", f"a context length >= 0, got {L!r}")
+        need(is_int(L) and L >= 0, f"context_lens[{b}]", f"a context length >= 0, got {L!r}")
     need(c.num_q_heads % c.num_kv_heads == 0, "num_q_heads",
          f"must be a multiple of num_kv_heads={c.num_kv_heads}, got {c.num_q_heads}")
     need(c.layout in LAYOUTS, "layout", f"one of {LAYOUTS}, got {c.layout!r}")
@@ -371,24 +294,24 @@ def _validate(c: Case) -> None:
              "scale", f"None (meaning head_dim ** -0.5) or a finite positive number, got {c.scale!r}")
     need(c.block_storage in BLOCK_STORAGES, "block_storage", f"one of {BLOCK_STORAGES}, got {c.block_storage!r}")
     need(c.page_table_dtype in PAGE_TABLE_DTYPES, "page_table_dtype", f"one of {PAGE_TABLE_DTYPES}, got {c.page_table_dtype!r}")
-    need(_is_int(c.page_table_pad) and c.page_table_pad >= 0, "page_table_pad", f"an integer >= 0, got {c.page_table_pad!r}")
-    need(_is_int(c.seed) and 0 <= c.seed < 2**63, "seed", f"an integer in [0, 2**63), got {c.seed!r}")
+    need(is_int(c.page_table_pad) and c.page_table_pad >= 0, "page_table_pad", f"an integer >= 0, got {c.page_table_pad!r}")
+    need(is_int(c.seed) and 0 <= c.seed < 2**63, "seed", f"an integer in [0, 2**63), got {c.seed!r}")
     need(c.values in VALUE_REGIMES, "values", f"one of {VALUE_REGIMES}, got {c.values!r}")
     need(c.value_keys == () or len(c.value_keys) == len(c.context_lens), "value_keys",
          f"empty (keyed by index) or one key per request ({len(c.context_lens)}), got {len(c.value_keys)}")
     for b, k in enumerate(c.value_keys):
-        need(_is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
+        need(is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
     need(not c.peak_keys or (c.values == "peak" and len(c.peak_keys) == len(c.context_lens)), "peak_keys",
          f"empty, or with values='peak' one key position per request ({len(c.context_lens)}), got "
          f"{len(c.peak_keys)} with values={c.values!r}")
     for b, t in enumerate(c.peak_keys):
-        need(_is_int(t) and 0 <= t < 2**31, f"peak_keys[{b}]", f"a key position in [0, 2**31), got {t!r}")
+        need(is_int(t) and 0 <= t < 2**31, f"peak_keys[{b}]", f"a key position in [0, 2**31), got {t!r}")
     need(c.version in READ_FORMAT_VERSIONS and not isinstance(c.version, bool), "version",
          f"one of {READ_FORMAT_VERSIONS}, got {c.version!r}")
     if c.version == 1:
         need(c.values == "plain" and c.value_keys == (), "version",
              "case format 1 has plain values and no value_keys (they are format 2 fields)")
-    need(len(c.window) == 2 and all(_is_int(w) and w >= -1 for w in c.window), "window",
+    need(len(c.window) == 2 and all(is_int(w) and w >= -1 for w in c.window), "window",
          f"a pair (left, right) of integers >= -1 (-1 = unbounded), got {c.window!r}")
     need(len(c.pages) == len(c.context_lens), "pages",
          f"one page list per request: {len(c.context_lens)} requests, got {len(c.pages)} lists")
@@ -404,7 +327,7 @@ def _validate(c: Case) -> None:
         if pages_ok:
             continue
         for p in row:  # messages built only on failure
-            if not (_is_int(p) and 0 <= p < c.num_pages):
+            if not (is_int(p) and 0 <= p < c.num_pages):
                 need(False, f"pages[{b}]", f"page ids must lie in the pool [0, num_pages={c.num_pages}), got {p!r}")
             if p in owner:
                 need(False, f"pages[{b}]", f"page {p} is already owned by request {owner[p]}; pages never alias")

@@ -99,9 +99,8 @@ def working_dtype_bytes(case: Shape) -> int:
 
 def run_bytes(case: Shape, *, hardening: bool = True, profiled: bool = False) -> int:
     """The most `run_case` held at once for `case` (see the module docstring); `profiled`: its kernel names
-    are read, which until session 17 kept a pristine copy of the inputs for a separate profiled run (now the
-    judged call is profiled: no copy). The strategies' budget for a drawn case (`Limits.max_case_bytes`): it
-    stays as it is, or the drawn cases change."""
+    are read (the judged call is profiled: no copy of the inputs). The strategies' budget for a drawn case
+    (`Limits.max_case_bytes`): it stays as it is, or the drawn cases change."""
     sets = HARDENED_INPUT_SETS if hardening else PLAIN_INPUT_SETS + (1 if profiled else 0)
     return _with_sets(case, sets)
 
@@ -114,10 +113,10 @@ HELD_INPUT_SETS = 3  # with hardening, the most input sets run_case holds at onc
 def lease_bytes(case: Shape, *, hardening: bool = True) -> int:
     """What a large case leases from the other processes on a shared GPU (`parity.exec.memory.device_lease`):
     `run_bytes`' parts with the input sets held at once (`HELD_INPUT_SETS`) instead of every set a case makes.
-    On the H200, hardened production-scale cases peaked at 0.42-0.49 of `run_bytes`
-    (docs/gpu/2026-12-03-h200-session16.md run 55), and waited for leases 43-73% of a `--jobs 16` run's time (run
-    54). A case that needs more anyway runs out of memory and is judged again alone (`parity.engine.case_run`). A case whose
-    kernel names are read leases nothing more: it profiles its judged call, on no copy (since session 17)."""
+    Hardened production-scale cases peaked at about half of `run_bytes`, where leasing all of it kept a `--jobs 16`
+    run waiting for leases most of its time (docs/gpu/2026-12-03-h200-session16.md). A case that needs more anyway
+    runs out of memory and is judged again alone (`parity.engine.case_run`). A case whose kernel names are read
+    leases nothing more: it profiles its judged call, on no copy."""
     sets = HELD_INPUT_SETS if hardening else PLAIN_INPUT_SETS
     return _with_sets(case, sets)
 

@@ -17,25 +17,17 @@ from typing import Iterable
 
 import torch
 
+from oracle import _device_values
 from oracle.case import Case
+from oracle.dtypes import TORCH_DTYPES, page_table_int32, torch_dtype
 from oracle.errors import InvalidInput
 from oracle.values import RequestValues, case_values
 
-TORCH_DTYPES = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float8_e4m3fn": getattr(torch, "float8_e4m3fn", None),
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
+__all__ = ["BUILDS", "CANARIES", "GUARD", "GUARD_ROWS", "GuardedBuffer", "Inputs", "TORCH_DTYPES", "VIEW_ALIGN_BYTES",
+           "attach_output_buffers", "canary_value", "guarded_buffer", "materialize", "page_table_int32", "poison_bits",
+           "slot_index", "torch_dtype", "warm_build", "warm_build_cases"]
+
 CANARIES = ("nan", "large", "zero")
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    dt = TORCH_DTYPES.get(name)
-    if dt is None:
-        raise InvalidInput("dtype", f"{name!r} is not available in torch {torch.__version__}")
-    return dt
 
 
 @dataclass
@@ -174,14 +166,6 @@ def materialize(case: Case, device: str | torch.device = "cpu", *, canary: str =
     )
 
 
-def page_table_int32(table: torch.Tensor) -> torch.Tensor:
-    """The page table as the framework's kernels read it (the oracle's and the case builder's): int32, the same ids (a
-    pool has fewer than 2**31 pages; the padding past a row's pages, never read, may wrap). One pointer type, so one
-    compiled variant where an int64 table made its own (the builder's: 3 of the precompile's 36 on the H200,
-    docs/gpu/2026-12-04-h200-session26.md). The lowerings still get the case's own table."""
-    return table.to(torch.int32) if table.dtype == torch.int64 else table
-
-
 def warm_build_cases() -> list[Case]:
     """Tiny cases that launch every compiled variant of format 3's device build kernel: each pool dtype through
     a page table (read as int32 whatever its dtype: `page_table_int32`), each dense dtype
@@ -210,8 +194,6 @@ def _assemble_counter(c: Case, device: torch.device, canary: str, table: torch.T
     """`(q, k_pool, v_pool, k_block, v_block)` of format 3's device build: the pools hold the canary, then
     `oracle._device_values.draw` writes every request's streams (a few kernel launches in all); a block the
     case stores in the pool is appended there in one write per pool."""
-    from oracle import _device_values
-
     kvdt = torch_dtype(c.kv_dtype)
     B, K, Hkv, D, ps = c.batch_size, c.block_size, c.num_kv_heads, c.head_dim, c.page_size
     shape = (c.num_pages, ps, Hkv, D) if c.layout == "NHD" else (c.num_pages, Hkv, ps, D)
@@ -315,7 +297,7 @@ def _assemble(c: Case, device: torch.device, canary: str, values: Iterable[Reque
 # Triton specializes a pointer argument on its 16-byte alignment, and a view whose alignment followed the batch
 # size (a guard of the view's own size: 84*B bytes of an LSE of K=7, Hq=3) made `hybrid_paged[splits=4]` compile a
 # third variant of its merge kernel in one shape family, a false alarm of the compile bound
-# (docs/gpu/2026-12-03-h200-session17.md runs 58-59).
+# (docs/gpu/2026-12-03-h200-session17.md).
 
 GUARD = 64
 GUARD_ROWS = 128

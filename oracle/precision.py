@@ -40,8 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
+from oracle.dtypes import TORCH_DTYPES
 from oracle.errors import InvalidInput
-from oracle.inputs import TORCH_DTYPES, Inputs
+from oracle.inputs import Inputs
 
 GOLDEN_SHARE = 0.1  # the oracle's error may be at most this share of the tightest bound the judge applies
 LAMBDA = 10.0  # the probabilistic sum bound's confidence (module docstring)

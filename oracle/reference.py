@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from oracle.case import Case
+from oracle.dtypes import TORCH_DTYPES, interpreting, torch_dtype
 from oracle.errors import InvalidInput
-from oracle.inputs import TORCH_DTYPES, Inputs, torch_dtype
+from oracle.inputs import Inputs
 
 DEFAULT_CHUNK = 2048
 
@@ -147,24 +148,8 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     `P` to the tensor cores in the working dtype (`working_dtype_output`). Not the oracle: a yardstick.
     """
     check_inputs(inputs)
-    for flag, v in (("kv_rounded", kv_rounded), ("round_p", round_p)):
-        if not isinstance(v, bool):
-            raise InvalidInput(flag, f"True or False, got {v!r}")
-    if precision not in (torch.float32, torch.float64):
-        raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
-    if not isinstance(chunk, int) or chunk < 1:
-        raise InvalidInput("chunk", f"a positive integer, got {chunk!r}")
-    if engine not in ENGINES:
-        raise InvalidInput("engine", f"one of {ENGINES}, got {engine!r}")
-    c = inputs.case
-    B, K, Hq, Hkv, D = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim
-    G, T = c.group_size, c.max_keys
-    window = tuple(window) if window is not None else c.window
-    if len(window) != 2 or any((not isinstance(w, int)) or w < -1 for w in window):
-        raise InvalidInput("window", f"a pair (left, right) of integers >= -1, got {window!r}")
-    fbk = future_block_keys_right
-    if fbk is not None and (not isinstance(fbk, int) or isinstance(fbk, bool) or fbk < -1):
-        raise InvalidInput("future_block_keys_right", f"None or an integer >= -1, got {fbk!r}")
+    window = _checked_options(inputs.case, window, future_block_keys_right, precision, chunk, engine,
+                              kv_rounded=kv_rounded, round_p=round_p)
     dev = inputs.q.device
     if engine == "auto":
         on_gpu = dev.type == "cuda" and key_mask is None
@@ -178,12 +163,40 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         if not triton_engine_ready(dev):
             raise InvalidInput("engine", f"'torch' for tensors on {dev}: the Triton engine needs triton and "
                                "CUDA tensors (or, for CPU tensors, TRITON_INTERPRET=1 set before triton is imported)")
-        from oracle._fast import attention_triton
+        from oracle._fast import attention_triton  # imports triton: only where the Triton engine runs
 
         with _exact_fp32_matmul():
-            out, lse = attention_triton(inputs, window, fbk, kv_rounded=kv_rounded, round_p=round_p,
-                                        precision=precision)
+            out, lse = attention_triton(inputs, window, future_block_keys_right, kv_rounded=kv_rounded,
+                                        round_p=round_p, precision=precision)
         return OracleResult(out=out, lse=lse)
+    key_mask = _row_key_mask(inputs.case, key_mask, future_block_keys_right, dev)
+    return _torch_engine(inputs, window, key_mask, precision, chunk, kv_rounded=kv_rounded, round_p=round_p)
+
+
+def _checked_options(c: Case, window: tuple[int, int] | None, fbk: int | None, precision: torch.dtype, chunk: int,
+                     engine: str, *, kv_rounded: bool, round_p: bool) -> tuple[int, int]:
+    """`attention`'s options checked (InvalidInput naming the option); returns the window, the case's by default."""
+    for flag, v in (("kv_rounded", kv_rounded), ("round_p", round_p)):
+        if not isinstance(v, bool):
+            raise InvalidInput(flag, f"True or False, got {v!r}")
+    if precision not in (torch.float32, torch.float64):
+        raise InvalidInput("precision", f"torch.float32 or torch.float64, got {precision}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise InvalidInput("chunk", f"a positive integer, got {chunk!r}")
+    if engine not in ENGINES:
+        raise InvalidInput("engine", f"one of {ENGINES}, got {engine!r}")
+    window = tuple(window) if window is not None else c.window
+    if len(window) != 2 or any((not isinstance(w, int)) or w < -1 for w in window):
+        raise InvalidInput("window", f"a pair (left, right) of integers >= -1, got {window!r}")
+    if fbk is not None and (not isinstance(fbk, int) or isinstance(fbk, bool) or fbk < -1):
+        raise InvalidInput("future_block_keys_right", f"None or an integer >= -1, got {fbk!r}")
+    return window
+
+
+def _row_key_mask(c: Case, key_mask: torch.Tensor | None, fbk: int | None, dev: torch.device) -> torch.Tensor | None:
+    """The key subset of each row, boolean `[B, K, Hq, T]` on `dev`: the caller's `key_mask` and the later block keys
+    of `future_block_keys_mask(c, fbk)`, intersected; None when neither restricts the rows."""
+    B, K, Hq, T = c.batch_size, c.block_size, c.num_q_heads, c.max_keys
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
             raise InvalidInput("key_mask", "a boolean tensor broadcastable to [B, K, Hq, T]")
@@ -194,7 +207,17 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
     if fbk is not None:
         fmask = future_block_keys_mask(c, fbk).to(dev).expand(B, K, Hq, T)
         key_mask = fmask if key_mask is None else (key_mask & fmask)
+    return key_mask
 
+
+def _torch_engine(inputs: Inputs, window: tuple[int, int], key_mask: torch.Tensor | None, precision: torch.dtype,
+                  chunk: int, *, kv_rounded: bool, round_p: bool) -> OracleResult:
+    """The torch engine of `attention`: `chunk` keys at a time, an online softmax in `precision`; `key_mask`
+    `[B, K, Hq, T]` (or None) restricts each row's keys."""
+    c = inputs.case
+    B, K, Hq, Hkv, D = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim
+    G, T = c.group_size, c.max_keys
+    dev = inputs.q.device
     lens = inputs.context_lens.to(torch.long)
     p_dtype = inputs.q.dtype if round_p else None
     q = inputs.q.to(precision).view(B, K, Hkv, G, D)
@@ -299,8 +322,6 @@ def triton_engine_ready(device: torch.device) -> bool:
         import triton  # noqa: F401
     except Exception:
         return False
-    from oracle._fast import interpreting
-
     return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 

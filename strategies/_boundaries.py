@@ -31,10 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lowerings import calls as hooks
 from oracle.case import Case
 from strategies import _extremes
-from strategies._cases import BLOCK_SIZES, GROUPS, build_case, declared_splits, is_supported, repair
+from strategies._cases import build_case, declared_splits, is_supported, repair
 from strategies._extremes import PAGE, POWER_EXPONENTS
+from strategies._fields import BLOCK_SIZES, GROUPS
 
 DISPATCH_FIELDS = ("batch_size", "context_len", "keys")
 WINDOW_K = 4
@@ -48,8 +50,6 @@ def declared_boundaries(lowering: Any) -> dict[str, tuple[int, ...]]:
     """A lowering's `dispatch_boundaries()` (`{field: (t, ...)}`: its dispatch changes between `t` and
     `t + 1`), validated; `{}` when it declares none. A malformed declaration is that lowering's failure
     (`HookFailure`, "dispatch_boundaries() returned X, expected Y"), as a hook that raises is."""
-    from lowerings import calls as hooks
-
     got = hooks.call_optional(lowering, "dispatch_boundaries", default={}, expect=_boundaries_answer)
     return {field: tuple(v) if isinstance(v, (tuple, list)) else (v,) for field, v in got.items()}
 

@@ -13,181 +13,21 @@ it cannot express are repaired to a supported alternative before the case is bui
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
-from oracle.rules import DECODE_ROWS_MAX_BATCH
-from oracle.case import VALUE_REGIMES, Case, pages_needed, window_for
 from lowerings import answers
 from lowerings import calls as hooks
+from lowerings.limits import HEAD_DIMS, Limits
+from lowerings.protocol import optional_attribute
+from oracle.case import Case, pages_needed, window_for
 from strategies._extremes import PEAK_DRAWS, WIDE, WIDE_AT, validated_splits, widest_rows, with_peak
+from strategies._fields import (BLOCK_SIZES, GROUPS, VALUE_KEYS, batch_sizes, field_strategies, request_draws,
+                                value_regimes, windows)
 from strategies._production import fit_budget, is_on as production_is_on, production_fields, resolve
-
-BLOCK_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
-GROUPS = (1, 2, 4, 3, 5, 6, 8)
-KV_HEADS = (1, 2, 3)
-HEAD_DIMS = (64, 128)
-PAGE_SIZES = (16, 1, 4, 32, 64, 2, 3)  # 3: not a power of two (lowerings that need one must say so)
-FP8_SCALES = (0.5, 2.0, 0.25, 4.0)
-DISPATCH_THRESHOLD = DECODE_ROWS_MAX_BATCH  # both sides of seed 002's dispatch are special batch sizes
-WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on the drawn shapes (a lowering may shrink them per device: interpreted Triton is slow). The
-    `max_*`/`models` fields after `values` bound the production dimension (strategies._production);
-    left None, `strategies.limits_for` sets them for the device (CUDA: contexts to 131072, every model
-    row; CPU: off)."""
-
-    max_batch: int = 33
-    max_context: int = 300
-    max_kv_heads: int = 3
-    max_group: int = 8
-    max_block: int = 16
-    head_dims: tuple[int, ...] = HEAD_DIMS
-    dtypes: tuple[str, ...] = ("bfloat16", "float16")
-    kv_dtypes: tuple[str, ...] = ("same", "float8_e4m3fn")  # "same": the working dtype
-    values: tuple[str, ...] = VALUE_REGIMES  # value regimes (oracle/values.py)
-    # The production dimension (strategies._production); None: the device's default (`limits_for`).
-    max_production_context: int | None = None  # the long requests' longest context; 0: no production draws
-    max_production_batch: int | None = None
-    models: tuple[str, ...] | None = None  # rows of strategies._models drawn; (): the small shapes' heads
-    max_case_bytes: int | None = None  # oracle.footprint.run_bytes of a production draw stays under it
-    max_pool_elements: int | None = None  # pools padded past 2**31 (2**32) elements when above it; 0: never
-
-    def __post_init__(self) -> None:
-        for name in ("max_batch", "max_kv_heads", "max_group", "max_block"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"Limits.{name}: a positive integer, got {v!r}")
-        if not isinstance(self.max_context, int) or self.max_context < 0:
-            raise ValueError(f"Limits.max_context: an integer >= 0, got {self.max_context!r}")
-        for name, allowed in (("dtypes", LIMIT_DTYPES), ("kv_dtypes", LIMIT_KV_DTYPES), ("values", VALUE_REGIMES)):
-            v = getattr(self, name)
-            if not v or any(x not in allowed for x in v):
-                raise ValueError(f"Limits.{name}: one or more of {', '.join(allowed)}, got {v!r}")
-        if not self.head_dims or any(not isinstance(d, int) or d < 1 for d in self.head_dims):
-            raise ValueError(f"Limits.head_dims: one or more positive integers, got {self.head_dims!r}")
-        _validate_production(self)
-
-
-def _validate_production(lim: "Limits") -> None:
-    from strategies._models import MODEL_NAMES
-
-    for name, least in (("max_production_context", 0), ("max_production_batch", 1), ("max_case_bytes", 1),
-                        ("max_pool_elements", 0)):
-        v = getattr(lim, name)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
-            raise ValueError(f"Limits.{name}: None (the device's default) or an integer >= {least}, got {v!r}")
-    if lim.models is not None and (not isinstance(lim.models, tuple) or any(m not in MODEL_NAMES for m in lim.models)):
-        raise ValueError(f"Limits.models: None (the device's default) or rows of strategies._models "
-                         f"({', '.join(MODEL_NAMES)}), got {lim.models!r}")
-
-
-LIMIT_DTYPES = ("bfloat16", "float16")
-LIMIT_KV_DTYPES = ("same", "bfloat16", "float16", "float8_e4m3fn")
-
-
-def limit_overrides(texts) -> dict[str, Any]:
-    """`FIELD=VALUE[,VALUE...]` texts (the CLI's `--limit`, repeatable) -> `Limits` field overrides for
-    `dataclasses.replace`, e.g. `dtypes=float16,bfloat16`, `head_dims=64`, `max_context=4096`,
-    `max_production_context=16384`, `models=llama-3.1-8b-dflash` (`models=none`: no model rows). A bad one
-    raises ValueError naming `--limit` and what is expected."""
-    fields = {f.name: f.type for f in dataclasses.fields(Limits)}
-    out: dict[str, Any] = {}
-    for text in texts:
-        name, sep, value = text.partition("=")
-        if not sep or name not in fields:
-            raise ValueError(f"--limit: expected FIELD=VALUE with FIELD one of {', '.join(fields)}, got {text!r}")
-        parts = [x.strip() for x in value.split(",") if x.strip()]
-        if not parts:
-            raise ValueError(f"--limit {name}: no value given")
-        if name.startswith("max_"):
-            if len(parts) != 1 or not parts[0].isdigit():
-                raise ValueError(f"--limit {name}: one non-negative integer, got {value!r}")
-            out[name] = int(parts[0])
-        elif name == "models":
-            out[name] = () if parts == ["none"] else tuple(parts)
-        elif name == "head_dims":
-            if not all(x.isdigit() for x in parts):
-                raise ValueError(f"--limit head_dims: positive integers separated by commas, got {value!r}")
-            out[name] = tuple(int(x) for x in parts)
-        else:
-            out[name] = tuple(parts)
-    try:
-        dataclasses.replace(Limits(), **out)  # every value checked now, where the option is named
-    except ValueError as err:
-        raise ValueError(f"--limit: {err}") from None
-    return out
-
-
-def with_overrides(limits: "Limits | None", overrides: dict[str, Any]) -> "Limits | None":
-    """`limits` (None: the defaults) with `limit_overrides`'s fields replaced; None if none given."""
-    if not overrides:
-        return limits
-    return dataclasses.replace(limits or Limits(), **overrides)
-
-
-# The strategy builders below are cached: `_case_params` asks for them per draw (per request, for the lengths),
-# and building a hypothesis strategy costs more than drawing from it (its validation walks the whole tree:
-# 63% of a `gpu`-profile draw was building these, scripts/bench_draw.py). A cached one draws the same choices.
-@functools.lru_cache(maxsize=256)
-def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """Half the draws from 1, 2, the dispatch threshold and +1, the lowering's maximum, 3, 5; half any
-    integer, listed first so that a batch size shrinks as an integer (one request at a time, to the
-    smallest that still fails) rather than along the boundary list."""
-    special = [b for b in (1, 2, DISPATCH_THRESHOLD, DISPATCH_THRESHOLD + 1, limits.max_batch, 3, 5) if b <= limits.max_batch]
-    return st.one_of(st.integers(1, limits.max_batch), st.sampled_from(list(dict.fromkeys(special))))
-
-
-@functools.lru_cache(maxsize=1024)
-def context_length(page_size: int, window: int | None, limits: Limits = Limits()) -> st.SearchStrategy[int]:
-    """Half the draws from 0, 1, page size +-1, page multiples, tile boundaries (64, 128, 2048 +-1), the
-    window +-1; half any length (listed first: a length shrinks as an integer, to the shortest that still
-    fails, not to the next boundary value above it)."""
-    ps = page_size
-    special = [0, 1, ps - 1, ps, ps + 1, 2 * ps, 63, 64, 65, 127, 128, 129, 2047, 2048, 2049]
-    if window:
-        special += [window - 1, window, window + 1]
-    special = [x for x in dict.fromkeys(special) if 0 <= x <= limits.max_context]
-    tail = st.integers(0, limits.max_context)
-    return st.one_of(tail, st.sampled_from(special))
-
-
-@functools.lru_cache(maxsize=64)
-def windows(block_size: int) -> st.SearchStrategy[tuple[str, int | None]]:
-    """(kind, W): W in {1, 2, K-1, K, K+1} first, then larger (beyond the context too)."""
-    ws = [w for w in dict.fromkeys((1, 2, block_size - 1, block_size, block_size + 1)) if w >= 1]
-    width = st.one_of(st.sampled_from(ws), st.integers(1, 64), st.integers(65, 4096))
-    return st.one_of(st.just(("noncausal", None)),
-                     st.tuples(st.sampled_from(("noncausal_swa", "causal", "causal_swa")), width))
-
-
-VALUE_KEYS = st.integers(0, 2**16)
-
-
-@functools.lru_cache(maxsize=1024)
-def request_draws(page_size: int, window: int | None, limits: Limits) -> st.SearchStrategy[tuple[int, int]]:
-    """One request's `(context length, value key)`, drawn together (one span: shrinking deletes both)."""
-    return st.tuples(context_length(page_size, window, limits), VALUE_KEYS)
-
-
-@functools.lru_cache(maxsize=256)
-def value_regimes(limits: Limits = Limits()) -> st.SearchStrategy[str]:
-    """The value regime: `plain` in half the cases (and first: shrinking moves towards it), else any other
-    regime the limits allow, in `VALUE_REGIMES` order (plain left out there: with nine regimes, each other
-    one kept a twelfth of the draws less than a plain second branch gives it)."""
-    allowed = [r for r in VALUE_REGIMES if r in limits.values]
-    if allowed[0] == "plain" and len(allowed) > 1:
-        return st.one_of(st.just("plain"), st.sampled_from(allowed[1:]))
-    return st.sampled_from(allowed)
-
 
 @functools.lru_cache(maxsize=64)
 def _pool_order(num_pages: int, perm_seed: int) -> tuple[int, ...]:
@@ -295,8 +135,6 @@ def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
     case = build_case(p)
     if lowering is None or is_supported(lowering, case):
         return case
-    from lowerings.protocol import optional_attribute
-
     if p.get("perm_seed") and optional_attribute(lowering, "supports_by_shape"):
         for q in _candidates(p):
             if is_supported(lowering, make(dict(q, perm_seed=0))):
@@ -313,36 +151,9 @@ def repair(p: dict[str, Any], lowering: Any, refit: Any = None) -> Case | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _field_strategies(limits: Limits) -> dict[str, st.SearchStrategy]:
-    """The strategy of each field `_case_params` draws directly, built once per `limits` (as `batch_sizes`
-    above: a strategy built afresh in every draw is validated and labelled afresh; a cached one draws the
-    same choices)."""
-    return {
-        "block_size": st.sampled_from([k for k in BLOCK_SIZES if k <= limits.max_block]),
-        "num_kv_heads": st.sampled_from([h for h in KV_HEADS if h <= limits.max_kv_heads]),
-        "group": st.sampled_from([x for x in GROUPS if x <= limits.max_group]),
-        "head_dim": st.sampled_from(limits.head_dims),
-        "page_size": st.sampled_from(PAGE_SIZES),
-        "dtype": st.sampled_from(limits.dtypes),
-        "kv_dtype": st.sampled_from(limits.kv_dtypes),
-        "k_scale": st.sampled_from(FP8_SCALES),
-        "v_scale": st.sampled_from(FP8_SCALES),
-        "scale": st.one_of(st.none(), st.sampled_from((0.3, 0.05, 1.0))),
-        "layout": st.sampled_from(("NHD", "HND")),
-        "block_storage": st.sampled_from(("dense", "appended")),
-        "page_table_dtype": st.sampled_from(("int32", "int64")),
-        "page_table_pad": st.sampled_from((0, 3)),
-        "spare_pages": st.integers(1, 3),
-        "extra_pages": st.integers(0, 1),
-        "perm_seed": st.integers(0, 2**16),
-        "seed": st.integers(0, 2**16),
-    }
-
-
 @st.composite
 def _case_params(draw: st.DrawFn, limits: Limits, fixed: dict[str, Any]) -> dict[str, Any]:
-    strat = _field_strategies(limits)
+    strat = field_strategies(limits)
 
     def pick(name: str, strategy: st.SearchStrategy | None = None) -> Any:
         return fixed[name] if name in fixed else draw(strat[name] if strategy is None else strategy)

@@ -14,10 +14,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from oracle.case import Case
 from lowerings import calls as hooks
+from lowerings.limits import Limits, with_overrides
+from oracle.case import Case
 from strategies._boundaries import Boundary, boundary_cases
-from strategies._cases import Limits, cases, with_overrides
+from strategies._cases import cases
 from strategies._production import resolve
 from strategies._profiles import PROFILES
 

@@ -3,7 +3,7 @@
 `cases()` draws a case either from the adversarial small shapes (`strategies._cases`) or, when the
 limits turn the production dimension on (`Limits.max_production_context > 0`), from this branch:
 
-- drawn after the small shape, whose fields it replaces: a model row of `strategies._models` (heads,
+- drawn after the small shape, whose fields it replaces: a model row of `lowerings.models` (heads,
   head dim, page size, layer kind, block size) among those the limits allow (`Limits.models`, head dims,
   block sizes), or, when none is allowed (CPU runs), one or two heads on the small shape's block, page
   size and window;
@@ -31,8 +31,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from lowerings.models import MODEL_NAMES, MODELS, ModelConfig
 from oracle.case import pages_needed
-from strategies._models import MODEL_NAMES, MODELS, ModelConfig
+from oracle.footprint import CPU_CASE_BYTES, CUDA_SHARE, CaseShape, device_case_bytes, run_bytes
+from strategies._fields import KV_HEADS, VALUE_KEYS, batch_sizes, request_draws
 
 LONG_FROM = 4097  # the second range of a long length: production contexts only
 SNAPS = (None, 1, 0, -1)  # a long length moved to 2^k + snap (None: left where it was drawn)
@@ -58,8 +60,6 @@ def resolve(limits: Any, device: str | None, profile: Any = None) -> Any:
     """`limits` with every production field left None set: `profile.limits` first (a `Profile`'s
     defaults, e.g. `scale`'s), then `device`'s (`DEVICE_DEFAULTS`; `device=None`: the production
     dimension off), `max_case_bytes` the device's budget (`oracle.footprint.device_case_bytes`)."""
-    from oracle.footprint import CPU_CASE_BYTES, CUDA_SHARE, device_case_bytes
-
     dev = None if device is None else str(device).split(":")[0]
     defaults = dict(DEVICE_DEFAULTS.get(dev, OFF))
     share = getattr(profile, "case_share", None) or CUDA_SHARE
@@ -122,8 +122,6 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
     Besides the case's own fields: `pool_elements`, the size a padded pool must pass (0: no padding)."""
     if draw(st.integers(0, PRODUCTION_ODDS)) == 0:
         return None
-    from strategies._cases import KV_HEADS, VALUE_KEYS, batch_sizes, request_draws
-
     rows = allowed_models(limits)
     if rows:
         m = draw(st.sampled_from(rows))
@@ -157,9 +155,9 @@ def production_fields(draw: st.DrawFn, limits: Any, fixed: dict[str, Any], small
     return out
 
 
-def _shape(p: dict[str, Any], lens: list[int], pad: int):
-    from oracle.footprint import CaseShape
-
+def _shape(p: dict[str, Any], lens: list[int], pad: int) -> CaseShape:
+    """The page-less shape of the case `p` draws with contexts `lens` and `pad` leading spare pages (sized before
+    it is built)."""
     K, ps = p["block_size"], p["page_size"]
     need = [pages_needed(L, K, ps) for L in lens]
     num_pages = sum(need) + p["extra_pages"] + p["spare_pages"] + pad
@@ -186,8 +184,6 @@ def fit_budget(p: dict[str, Any], limits: Any) -> dict[str, Any]:
     the case lists at most `MAX_CASE_PAGES` pages: the long requests shrink first (largest that fits), then
     the padding goes, then requests are dropped from the end (never the longest). Unchanged when it fits.
     Deterministic: shrinking still works."""
-    from oracle.footprint import run_bytes
-
     budget = limits.max_case_bytes
     lens = list(p["context_lens"])
     keys = list(p.get("value_keys") or ())  # one per request (or none): dropped with its request

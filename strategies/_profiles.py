@@ -60,8 +60,8 @@ PROFILES = {
     "gpu": Profile("gpu", 200, True, False, "a GPU runner's sweep, derandomized", flaky_runs=8),
     "nightly": Profile("nightly", 1000, False, True, "random, targeted at the worst ulp error", flaky_runs=16),
     # scale: R as `gpu`'s (a derandomized GPU sweep); each re-run of a production case costs up to 75% of the GPU.
-    # The case reducer shrinks: hypothesis's shrinker took 5 minutes on the H200 and left a 32-bit-offset bug at
-    # B = 72, 100,000 keys each (docs/gpu/2026-12-02-h200-session8.md, run 27).
+    # The case reducer shrinks: hypothesis's shrinker took minutes on a GPU and left a 32-bit-offset bug at
+    # B = 72, 100,000 keys each (docs/gpu/2026-12-02-h200-session8.md).
     "scale": Profile("scale", 200, True, False, "nightly on a GPU at production scale: B to 256, 128K contexts, "
                      "pools past 2**31 elements", flaky_runs=8,
                      limits=dict(max_production_batch=256, max_pool_elements=2**33), case_share=0.75,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowerings._triton_env import triton_device
+from lowerings import triton_device
 
 TRITON_DEVICE = triton_device()
 TRITON_COMPILED = TRITON_DEVICE != "cpu"

@@ -301,7 +301,7 @@ def _oob_kernel():
     """A Triton kernel that copies 16 floats from `x + off` (decorated on first use: the interpreter on CPU)."""
     global _OOB_KERNEL
     if _OOB_KERNEL is None:
-        from lowerings._triton_env import ensure_interpreter_on_cpu
+        from lowerings import ensure_interpreter_on_cpu
         ensure_interpreter_on_cpu()
         import triton
         import triton.language as tl

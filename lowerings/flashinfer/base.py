@@ -18,6 +18,7 @@ from lowerings.flashinfer.graphs import GraphArenas
 from lowerings.flashinfer.library import flashinfer_module, flashinfer_status
 from lowerings.flashinfer.names import C_APPEND, C_BATCH_POS, C_DECODE, C_DECODE_TC, c_prefill
 from lowerings.flashinfer.paging import build_paging, kv_scale_kwargs, to_pool_dtype
+from lowerings.limits import Limits
 from lowerings.protocol import BASE_2, LoweringResult
 from oracle.case import Case
 from oracle.inputs import Inputs
@@ -63,7 +64,6 @@ class FlashinferBase(GraphArenas):
         15-165 s each: `--warm-up` / `python -m parity.exec.warmup` load them first (40 for all adapters);
         narrow a short session with `--limit dtypes=bfloat16 --limit kv_dtypes=same --limit head_dims=128`."""
         if device == "cuda":
-            from strategies import Limits
             return Limits(max_context=2048, head_dims=(64, 128))
         return None
 

@@ -1,7 +1,7 @@
 """flashinfer's trtllm-gen entry points: `trtllm_gen[decode]`, `trtllm_gen[context]`.
 
 SM100/SM103 only; `available()` says so everywhere else and `run()` refuses to call them (off SM100 they
-route to xqa or stall on a cubin download). Best effort: never run on this project's H200.
+route to xqa or stall on a cubin download). Best effort: never run on this project's GPUs.
 """
 
 from __future__ import annotations

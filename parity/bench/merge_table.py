@@ -84,7 +84,7 @@ def _flashinfer_available(device: str) -> tuple[bool, str]:
 
 
 def _triton_available(device: str) -> tuple[bool, str]:
-    from lowerings._triton_env import triton_available
+    from lowerings import triton_available
     return triton_available(device)
 
 

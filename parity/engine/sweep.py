@@ -449,7 +449,7 @@ def _check_lowering(lowering: Lowering, policy: Policy, report: LoweringReport, 
     if seed is not None:
         from hypothesis import seed as hyp_seed
         prop = hyp_seed(seed)(prop)
-    from strategies._determinism import seed_only_draws
+    from strategies import seed_only_draws
 
     def search_again(shrinking_run_case) -> CaseOutcome | None:
         """`prop` again (its text unchanged, so the same draws), over `shrinking_run_case`, no database;

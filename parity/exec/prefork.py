@@ -179,7 +179,7 @@ def serve() -> int:
     _REPLIES = os.dup(1)
     os.dup2(2, 1)  # what an import prints goes to stderr, never into the replies
     t0, c0 = time.perf_counter(), _cpu()
-    from lowerings._triton_env import interpret_where_no_gpu
+    from lowerings import interpret_where_no_gpu
 
     interpret_where_no_gpu()  # before torch._dynamo imports triton.language (no CUDA touched)
     exclude = set(sys.argv[sys.argv.index("--exclude") + 1].split(",")) if "--exclude" in sys.argv else set()
@@ -406,7 +406,7 @@ class Prefork:
 _EARLY: list[Prefork] = []
 # what may differ between the environment launched with and the children's: set per child (the MPS daemon's
 # pipe, started later), or set by importing this project, which the prefork does itself (TRITON_INTERPRET,
-# `lowerings._triton_env`, where there is no GPU)
+# `lowerings.interpret_where_no_gpu`, where there is no GPU)
 _SET_LATER = ("CUDA_MPS_", "TRITON_INTERPRET")
 
 

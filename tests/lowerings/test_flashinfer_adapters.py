@@ -34,7 +34,7 @@ def skip_compiled_triton_on_cpu_tensors(form_or_name: str) -> None:
     compiled (not interpreted) and cannot read them: that form is covered there by the GPU tests."""
     if "triton" in form_or_name:
         from lowerings import _merge_kernel
-        from lowerings._triton_env import kernel_is_interpreted
+        from lowerings import kernel_is_interpreted
         if not kernel_is_interpreted(_merge_kernel._merge_future_block_keys_kernel):
             pytest.skip("Triton kernels are compiled here (CUDA machine): CPU tensors cannot be read; "
                         "the GPU tests cover this form")

@@ -10,7 +10,7 @@ import os
 import sys
 import zlib
 
-from lowerings._triton_env import ensure_interpreter_on_cpu, interpreting  # noqa: E402
+from lowerings import ensure_interpreter_on_cpu, interpreting  # noqa: E402
 
 ensure_interpreter_on_cpu()  # sets TRITON_INTERPRET=1 on machines without CUDA, before triton imports
 
@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lowerings import _hybrid_kernel as hk  # noqa: E402
-from lowerings._triton_env import (  # noqa: E402
+from lowerings import (  # noqa: E402
     kernel_is_interpreted,
     kernel_param_is_constexpr,
     kernel_param_not_specialized,

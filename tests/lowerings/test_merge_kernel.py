@@ -6,7 +6,7 @@ with a GPU the same tests run the compiled kernel. The reference is fp64 torch w
 
 import sys
 
-from lowerings._triton_env import ensure_interpreter_on_cpu
+from lowerings import ensure_interpreter_on_cpu
 
 ensure_interpreter_on_cpu()  # TRITON_INTERPRET=1 on machines without CUDA, before triton imports
 
@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lowerings import _merge_kernel as mk  # noqa: E402
-from lowerings._triton_env import kernel_is_interpreted, kernel_param_is_constexpr  # noqa: E402
+from lowerings import kernel_is_interpreted, kernel_param_is_constexpr  # noqa: E402
 
 INTERP = kernel_is_interpreted(mk._merge_future_block_keys_kernel)
 DEVICE = torch.device("cpu") if INTERP else torch.device("cuda")

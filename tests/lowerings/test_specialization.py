@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 import lowerings
-from lowerings._triton_env import triton_device
+from lowerings import triton_device
 from oracle import attention, materialize
 from strategies import Limits, cases
 

@@ -16,7 +16,7 @@ import pytest
 
 import lowerings
 from lowerings import counters
-from lowerings._triton_env import kernel_param_is_constexpr, kernel_param_not_specialized, triton_device
+from lowerings import kernel_param_is_constexpr, kernel_param_not_specialized, triton_device
 from lowerings.protocol import LoweringResult
 from lowerings.triton_hybrid import HybridPaged
 from lowerings.torch_emulation import WindowedMerge

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 import lowerings
 from oracle import Case, pages_needed
-from strategies import Limits, batch_sizes, cases, context_length, windows
-from strategies._determinism import seed_only_draws
+from strategies import Limits, batch_sizes, cases, context_length, seed_only_draws, windows
 
 DRAWS = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))
@@ -145,7 +144,7 @@ def drawn_fingerprint(name: str, production: str, n: int) -> str:
 
     import lowerings
     from strategies import cases, limits_for
-    from strategies._determinism import seed_only_draws
+    from strategies import seed_only_draws
 
     lowering = lowerings.get(name)
     over = {"max_production_context": 0, "max_production_batch": 2, "models": ()} if production == "off" else {}
@@ -188,7 +187,7 @@ def _drawn(lowering, n: int = 40) -> list:
     def draw(case):
         out.append(case)
 
-    from strategies._determinism import seed_only_draws
+    from strategies import seed_only_draws
 
     with seed_only_draws():
         draw()

@@ -14,9 +14,8 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import lowerings
 from oracle.errors import InvalidInput
-from strategies import Limits, boundary_cases, build_case, cases, limits_for
+from strategies import Limits, boundary_cases, build_case, cases, limits_for, seed_only_draws
 from strategies._cases import BLOCK_SIZES, GROUPS, place_peak
-from strategies._determinism import seed_only_draws
 from strategies._extremes import PEAK_ANCHORS, peak_position, validated_splits, widest_rows
 from strategies._production import long_length
 from tests.strategies.test_production import Plain

@@ -14,9 +14,8 @@ from lowerings.flashinfer import CUDA_CORE_DECODE_GROUPS
 from oracle.footprint import GIB, pool_elements, run_bytes
 from parity.exec.hooks import HookFailure
 from strategies import (MODELS, Limits, boundary_cases, cases, check_cases, declared_boundaries, limit_overrides,
-                        limits_for)
+                        limits_for, seed_only_draws)
 from strategies._boundaries import _base
-from strategies._determinism import seed_only_draws
 from strategies._production import MAX_CASE_PAGES, _shape, fit_budget, resolve
 
 DRAWS = settings(max_examples=300, derandomize=True, deadline=None, database=None,

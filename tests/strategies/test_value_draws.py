@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, find, given, seed, settings
 
 from oracle.case import VALUE_REGIMES
-from strategies import Limits, cases, limit_overrides
+from strategies import Limits, cases, limit_overrides, seed_only_draws
 from strategies._cases import value_regimes
-from strategies._determinism import seed_only_draws
 
 SMALL = Limits(max_batch=4, max_context=40)
 # 300 draws: the fewest where this (derandomized, seed-only) sequence reaches every regime more than once

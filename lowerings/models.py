@@ -1,11 +1,12 @@
-"""The production dimension of the case space, as data: attention geometries of the drafters that ship.
+"""The production dimension of the case space, as data: attention geometries of the drafters that ship, the shapes
+the production lowerings serve (`lowerings.limits.Limits.models` names the rows a check may draw).
 
 Each row is one drafter layer as a serving stack runs it on one rank: query/KV heads, head dim, the
 KV-cache page size, the layer kind (DSpark: a non-causal sliding window `W`; DFlash: non-causal,
 unwindowed) and the drafter's block size `K`. A drafter copies its target's attention geometry, so
 the rows not taken from a seed PR use the target's public config (heads, head dim) with the serving
 defaults named in the row (page size, block size). KV dtype, dtype and lengths are drawn per case
-(`strategies._production`), not fixed by the row.
+(`strategies`' production draws), not fixed by the row.
 
 Rows go from the smallest to the largest: hypothesis shrinks a drawn row towards the first one.
 """
