@@ -25,7 +25,8 @@ from oracle.inputs import Inputs
 from parity.engine import answers
 from oracle import footprint
 from lowerings import calls as hooks
-from parity.exec import memory
+from parity.engine import ports
+from parity.engine.device_memory import RERUN, RETRIED_OOM, UNTOUCHED, YARDSTICK
 from parity.engine.hardening import KernelNames, output_buffer_failures, rerun_failures, untouched_failures
 from parity.engine.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.engine.golden import GoldenOracle
@@ -74,18 +75,19 @@ def run_yardstick(yardstick, inputs: Inputs, opts: RunOptions, outcome: CaseOutc
     declares `reads_inputs_only` (`sdpa`: checked as a lowering, its untouched-input check passes) runs on the
     inputs themselves; any other on a copy of them, or on the inputs when a copy does not fit."""
     case = inputs.case
+    memory = ports.current().memory
     if getattr(yardstick, "name", None) in BUILT_IN_YARDSTICKS:  # by name: a reloaded module makes another class
-        if not memory.fits(outcome, memory.YARDSTICK, case, opts, footprint.working_dtype_bytes(case),
+        if not memory.fits(outcome, YARDSTICK, case, opts, footprint.working_dtype_bytes(case),
                            "the working-dtype yardstick's working set"):
             return None
         return yardstick.output(inputs, oracle_out)
     need = footprint.yardstick_bytes(case)
-    if not memory.fits(outcome, memory.YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
+    if not memory.fits(outcome, YARDSTICK, case, opts, need, "the working-dtype SDPA's working set"):
         return None
     run_output = optional_hook(yardstick, "run_output")  # the output alone (sdpa: no LSE computed)
     run = run_output if run_output is not None else (lambda x: yardstick.run(x).out)
     if getattr(yardstick, "reads_inputs_only", False) is not True and memory.fits(
-            None, memory.YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
+            None, YARDSTICK, case, opts, need + footprint.input_bytes(case), ""):
         return run(inputs.clone())
     return run(inputs)
 
@@ -102,8 +104,8 @@ def run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions = 
             return _run_case(lowering, case, policy, opts, yardstick, t0)
         return around_case(lambda: _run_case(lowering, case, policy, opts, yardstick, t0), case, opts)
 
-    ran_out = None
-    with memory.device_lease(case, opts) as held:  # a large case waits for room on a shared GPU
+    ran_out, memory = None, ports.current().memory
+    with memory.lease(case, opts) as held:  # a large case waits for room on a shared GPU
         try:
             outcome = judged()
         except Exception as err:
@@ -125,8 +127,9 @@ def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Call
     memory to itself (`device_lease(alone=True)`, after giving back this process's cached blocks): its outcome,
     noting the retry under `retried`, and the seconds it waited. Out of memory again: a failure that says both
     times what ran out (a case too large for the device, or a lowering that asks for too much)."""
+    memory = ports.current().memory
     memory.release_cached(opts)
-    with memory.device_lease(case, opts, alone=True) as held:
+    with memory.lease(case, opts, alone=True) as held:
         try:
             outcome = judged()
         except Exception as err:
@@ -135,7 +138,7 @@ def _judged_alone(lowering: Lowering, case: Case, opts: RunOptions, judged: Call
             outcome = CaseOutcome(lowering.name, case, "fail", failures=[
                 f"out of device memory, twice: beside other processes ({first}), then with the "
                 f"device's large-case memory to itself ({hooks.first_line(err)})"])
-    outcome.retried[memory.RETRIED_OOM] = f"ran out of device memory beside other processes, judged again alone: {first}"
+    outcome.retried[RETRIED_OOM] = f"ran out of device memory beside other processes, judged again alone: {first}"
     return outcome, held.waited
 
 
@@ -160,8 +163,8 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     with _Phase(outcome, "build"):
         # `before`: the inputs as given, for the untouched-input check, and the pristine source of every later
         # call's inputs with the same canary (`fresh_inputs`: a device copy instead of a second build).
-        before = None
-        if opts.check_inputs_untouched and memory.fits(outcome, memory.UNTOUCHED, case, opts, footprint.input_bytes(case),
+        before, memory = None, ports.current().memory
+        if opts.check_inputs_untouched and memory.fits(outcome, UNTOUCHED, case, opts, footprint.input_bytes(case),
                                                        "a snapshot of the inputs to compare against"):
             before = inputs.clone()
     names = KernelNames() if profiled else None  # the judged call's own kernel names, profiled around it
@@ -208,7 +211,7 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
         if before is not None and opts.check_inputs_untouched:
             outcome.failures.extend(untouched_failures(case, before.tensors(), inputs))
     if opts.check_determinism and not outcome.failures and memory.fits(
-            outcome, memory.RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            outcome, RERUN, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
             "the other canary's inputs and the lowering's second run"):
         with _Phase(outcome, "hardening"):
             outcome.failures.extend(rerun_failures(lowering, case, opts, result, ref, tol, outcome, pristine=before))

@@ -34,6 +34,7 @@ from oracle.case import Case
 from parity.engine.invocation import LoweringError, RunOptions, call_lowering, prepare_inputs
 from parity.engine.result_bits import NONDETERMINISTIC, STATE, describe_diffs, differing_parts, nondeterminism_message, snapshot
 from parity.engine.outcome import SKIPPED, CaseOutcome, Failure
+from parity.engine.sanitizer_report import summary_line
 
 NOT_REPRODUCED = "not reproduced"
 CANARY_READ = "read outside the request's keys"  # parity.engine.hardening.rerun_failures
@@ -374,8 +375,9 @@ SANITIZED_KINDS = ("nondeterministic", "state", "not reproduced")
 
 def name_failures(report: Any, classify: Callable[[CaseOutcome], Classification],
                   sanitizer: Callable[[str, Case, Case | None], str] | None) -> None:
-    """Classify each failure not classified yet (its name goes first in its messages), and on CUDA replay
-    the run-dependent ones under the stream sanitizer, its report attached."""
+    """Classify each failure not classified yet (its name goes first in its messages), and with a `sanitizer`
+    (`parity.engine.ports.SanitizerReplay`, on CUDA) replay the run-dependent ones under the stream sanitizer,
+    its report attached (`parity.engine.sanitizer_report`)."""
     for f in report.failures:
         if f.classification is None:
             f.classification = classify(f.outcome)
@@ -385,11 +387,4 @@ def name_failures(report: Any, classify: Callable[[CaseOutcome], Classification]
             report.extra.append(f"flaky: {c.message}")
         if sanitizer is not None and c.kind in SANITIZED_KINDS:
             f.sanitizer = sanitizer(report.lowering, f.outcome.case, c.history[0] if c.depends_on_history else None)
-            f.outcome.failures.append(sanitizer_line(f.sanitizer))
-
-
-def sanitizer_line(text: str) -> str:
-    """One line for the failure's messages from the sanitizer's report (the full report is in the file)."""
-    from parity.exec.sanitizer import summary_line
-
-    return summary_line(text)
+            f.outcome.failures.append(summary_line(f.sanitizer))  # one line; the whole report in the file

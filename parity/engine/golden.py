@@ -23,7 +23,7 @@ from oracle import reference
 from oracle.inputs import Inputs
 from oracle.precision import GOLDEN_SHARE, CaseStats, ErrorBound, bound, case_stats
 from oracle.ulp import ulp
-from parity.engine.policy import Tolerance
+from parity.engine.tolerance import Tolerance
 
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
 FP32_MAX = float(torch.finfo(torch.float32).max)

@@ -23,7 +23,8 @@ from oracle.inputs import GuardedBuffer, Inputs, poison_bits
 from parity.engine import answers
 from oracle import footprint
 from lowerings import calls as hooks
-from parity.exec import memory
+from parity.engine import ports
+from parity.engine.device_memory import ISOLATION
 from parity.engine import result_bits as rb
 from parity.engine.invocation import LoweringError, RunOptions, call_lowering, fresh_inputs, prepare_inputs
 from parity.engine.judge import compare
@@ -183,9 +184,9 @@ def rerun_failures(lowering: Lowering, case: Case, opts: RunOptions, first: Lowe
                 detail += "; only the first call (after a different case) differs, the later ones agree"
             msgs.append(rb.nondeterminism_message(detail, odd_first))
         return msgs
-    B = case.batch_size
+    B, memory = case.batch_size, ports.current().memory
     if B >= 2 and case.seed % 3 == 0 and case.context_lens[-1] > 0 and (outcome is None or memory.fits(
-            outcome, memory.ISOLATION, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
+            outcome, ISOLATION, case, opts, footprint.input_bytes(case) * (1 + footprint.LOWERING_COPIES),
             "the perturbed inputs of the request-isolation run")):
         del second_in
         pert, _ = fresh_inputs(lowering, case, opts, pristine=pristine)

@@ -21,7 +21,8 @@ from oracle.case import Case
 from oracle.errors import InvalidInput
 from oracle.inputs import GuardedBuffer, Inputs, attach_output_buffers, materialize
 from lowerings import calls as hooks
-from parity.exec import memory
+from parity.engine import ports
+from parity.engine.device_memory import OutOfDeviceMemory
 from parity.engine.answers import result_problem
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class RunOptions:
     # A lowering that declares `writes_given_output` gets poisoned, guarded `out`/`lse_out` buffers and is
     # checked to return them, to write every element and nothing past either end. Off: no buffers given.
     check_output_buffers: bool = True
-    # The device memory a case may use, in bytes (None: measured before each step, parity.exec.memory): a
+    # The device memory a case may use, in bytes (None: measured before each step, parity.engine.device_memory): a
     # hardening step whose tensors would not fit is skipped and says so in the outcome and the report.
     memory_bytes: int | None = None
 
@@ -91,7 +92,7 @@ def fresh_inputs(lowering: Lowering, case: Case, opts: RunOptions, canary: str |
 def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> LoweringResult:
     """`lowering.run(inputs)`, its counted calls, observed flashinfer calls and compilations recorded on
     `outcome`; `LoweringError` when it raises (an exit included) or returns a result the judge cannot read
-    (`parity.engine.answers.result_problem`); `parity.exec.memory.OutOfDeviceMemory` when it runs out of
+    (`parity.engine.answers.result_problem`); `parity.engine.device_memory.OutOfDeviceMemory` when it runs out of
     device memory (`parity.engine.case_run.run_case` judges the case again, alone)."""
     from lowerings import flashinfer_observer
 
@@ -106,8 +107,8 @@ def call_lowering(lowering: Lowering, inputs: Inputs, outcome: CaseOutcome) -> L
             raise LoweringError(f"{lowering.name} raised SystemExit({err.code!r}): a lowering must return, "
                                 f"not exit the process") from None
         except Exception as err:  # a lowering's own exception is a failure of that lowering, not of the run
-            if memory.is_out_of_memory(err):  # the shared device's condition: run_case judges the case again alone
-                raise memory.OutOfDeviceMemory(f"{lowering.name} ran out of device memory: "
+            if ports.current().memory.is_out_of_memory(err):  # the device's condition: judged again alone
+                raise OutOfDeviceMemory(f"{lowering.name} ran out of device memory: "
                                                f"{hooks.describe_exception(err, lowering)}") from None
             # where in the lowering's own file (a plugin's), and the innermost frame (torch's, ...)
             raise LoweringError(f"{lowering.name} raised {hooks.describe_exception(err, lowering)}") from None

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from oracle.ulp import ulp
-from parity.engine.policy import Tolerance
+from parity.engine.tolerance import Tolerance
 from parity.engine.yardstick import describe as yardstick_describe
 
 
@@ -113,61 +113,93 @@ def compare(label: str, out: torch.Tensor, lse_nat: torch.Tensor | None, ref_out
                                             names4))
         cmp.margins["nonfinite"] = math.inf
     unit = ulp(ref_max, dtype) if ref_max > 0 else ulp(1.0, dtype)
-    worst = _where(tuple(o.shape), flat, names4) if err.numel() else {}
-    ulps = max_abs / unit
-    rel_l2 = diff_norm / ref_norm if ref_norm > 0 else diff_norm
-    cmp.figures.update(out_max_abs=max_abs, out_ulp=ulps, ulp_unit=unit, ref_max_abs=ref_max, out_rel_l2=rel_l2,
-                       worst_out=worst)
+    e = _OutputError(max_abs=max_abs, ulps=max_abs / unit, unit=unit, ref_max=ref_max,
+                     rel_l2=diff_norm / ref_norm if ref_norm > 0 else diff_norm, lse_scale=lse_scale, flat=flat,
+                     worst=_where(tuple(o.shape), flat, names4) if err.numel() else {})
+    cmp.figures.update(out_max_abs=max_abs, out_ulp=e.ulps, ulp_unit=unit, ref_max_abs=ref_max, out_rel_l2=e.rel_l2,
+                       worst_out=e.worst)
     if math.isfinite(max_abs):
-        # `out_score_rel` (0 in the defaults): the same score-size term as the yardstick's, on the absolute
-        # bound, for a kernel whose measured score error moves outputs past the dtype's rounding at large scores.
-        out_term = tol.out_score_rel * lse_scale * ref_max if tol.out_score_rel > 0 else 0.0
-        cmp.margins["out_ulp"] = max_abs / (tol.out_max_ulp * unit + out_term) if out_term else ulps / tol.out_max_ulp
-        if out_term:
-            cmp.figures["out_score_term"] = out_term
-        if cmp.margins["out_ulp"] > 1:
-            bound = f"bound {tol.out_max_ulp:g} ulp{src('out_max_ulp')}"
-            if out_term:
-                out_src = src("out_score_rel")
-                bound += (f" + {tol.out_score_rel:g} x |LSE_ref| {lse_scale:.6g} x max|O_ref| {ref_max:.4g} = "
-                          f"{(tol.out_max_ulp * unit + out_term) / unit:.2f} ulp"
-                          + (f" ({out_src.strip()})" if out_src and out_src != src("out_max_ulp") else ""))
-            cmp.failures.append(
-                f"{label}: max |O - O_ref| = {max_abs:.4g} = {ulps:.2f} ulp of max|O_ref| = {ref_max:.4g} "
-                f"({bound}) at {_fmt_where(worst)}: got {float(o.flatten()[flat]):.6g}, "
-                f"expected {float(r.flatten()[flat]):.6g}")
-        cmp.margins["out_rel_l2"] = rel_l2 / tol.out_rel_l2
-        if rel_l2 >= tol.out_rel_l2:
-            cmp.failures.append(f"{label}: relative L2 error {rel_l2:.3g} >= {tol.out_rel_l2:g}{src('out_rel_l2')}")
+        _judge_output_bounds(cmp, label, e, tol, src, (o, r))
     if yardstick_out is not None and math.isfinite(max_abs):
-        # A kernel whose scores carry a relative error r (measured: `yardstick_score_rel`) moves the output by
-        # up to about r |s| max|v - O| (near a tie of two keys, r |s| p(1-p) |v1 - v2|): the bound grows with
-        # the size of the scores, max |LSE_ref|, times max |O_ref|. 0 (the defaults): no such term.
-        score_term = tol.yardstick_score_rel * lse_scale * ref_max
-        bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * unit + score_term
-        cmp.figures.update(yardstick_max_abs=y_err, yardstick_bound=bound,
-                           yardstick_ratio=(max_abs / y_err) if y_err > 0 else None)
-        if score_term:
-            cmp.figures["yardstick_score_term"] = score_term
-        cmp.margins["yardstick"] = max_abs / bound
-        if max_abs > bound:
-            floor_src = src("yardstick_floor_ulp")
-            terms = f" + {tol.yardstick_floor_ulp:g} ulp"
-            if floor_src and floor_src != src("yardstick_factor"):
-                terms += f" ({floor_src.strip()})"
-            if score_term:
-                score_src = src("yardstick_score_rel")
-                terms += (f" + {tol.yardstick_score_rel:g} x |LSE_ref| {lse_scale:.6g} x max|O_ref| {ref_max:.4g}"
-                          + (f" ({score_src.strip()})" if score_src else ""))
-            cmp.failures.append(
-                f"{label}: max error {max_abs:.4g} exceeds {tol.yardstick_factor:g} x "
-                f"{yardstick_describe(yardstick_name, dtype)} error {y_err:.4g}{terms} = {bound:.4g} "
-                f"(yardstick rule{src('yardstick_factor')})")
+        _judge_yardstick_rule(cmp, label, e, tol, src, y_err, yardstick_describe(yardstick_name, dtype))
     if lse_nat is not None:
         cmp_lse(cmp, label, lse_nat, ref_lse, tol, bound_from)
     else:  # an output-only lowering (`lse_base = NO_LSE`): judged alone, and its figures say so
         cmp.figures["lse_checked"] = False
     return cmp
+
+
+@dataclass(frozen=True)
+class _OutputError:
+    """One output's error against the oracle, read back at once: `max_abs` = max |O - O_ref| (at flat index
+    `flat`, `worst` its request/query/head/dim), in ulps (`ulps`) of `unit` = ulp(max |O_ref| = `ref_max`) in the
+    working dtype; `rel_l2` = ||O - O_ref|| / ||O_ref||; `lse_scale` = max |LSE_ref| over finite rows (0 when unused)."""
+
+    max_abs: float
+    ulps: float
+    unit: float
+    ref_max: float
+    rel_l2: float
+    lse_scale: float
+    flat: int
+    worst: dict[str, int]
+
+
+def _judge_output_bounds(cmp: Comparison, label: str, e: _OutputError, tol: Tolerance, src,
+                         out_ref: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """The absolute bound (`out_max_ulp` ulps, plus `out_score_rel`'s score-size term) and the relative L2 bound
+    (`out_rel_l2`) on the output: margins, figures and failures into `cmp`. `out_ref`: the output and the oracle's
+    (float64), read at the worst element for a failure's message."""
+    o, r = out_ref
+    # `out_score_rel` (0 in the defaults): the same score-size term as the yardstick's, on the absolute
+    # bound, for a kernel whose measured score error moves outputs past the dtype's rounding at large scores.
+    out_term = tol.out_score_rel * e.lse_scale * e.ref_max if tol.out_score_rel > 0 else 0.0
+    cmp.margins["out_ulp"] = e.max_abs / (tol.out_max_ulp * e.unit + out_term) if out_term else e.ulps / tol.out_max_ulp
+    if out_term:
+        cmp.figures["out_score_term"] = out_term
+    if cmp.margins["out_ulp"] > 1:
+        bound = f"bound {tol.out_max_ulp:g} ulp{src('out_max_ulp')}"
+        if out_term:
+            out_src = src("out_score_rel")
+            bound += (f" + {tol.out_score_rel:g} x |LSE_ref| {e.lse_scale:.6g} x max|O_ref| {e.ref_max:.4g} = "
+                      f"{(tol.out_max_ulp * e.unit + out_term) / e.unit:.2f} ulp"
+                      + (f" ({out_src.strip()})" if out_src and out_src != src("out_max_ulp") else ""))
+        cmp.failures.append(
+            f"{label}: max |O - O_ref| = {e.max_abs:.4g} = {e.ulps:.2f} ulp of max|O_ref| = {e.ref_max:.4g} "
+            f"({bound}) at {_fmt_where(e.worst)}: got {float(o.flatten()[e.flat]):.6g}, "
+            f"expected {float(r.flatten()[e.flat]):.6g}")
+    cmp.margins["out_rel_l2"] = e.rel_l2 / tol.out_rel_l2
+    if e.rel_l2 >= tol.out_rel_l2:
+        cmp.failures.append(f"{label}: relative L2 error {e.rel_l2:.3g} >= {tol.out_rel_l2:g}{src('out_rel_l2')}")
+
+
+def _judge_yardstick_rule(cmp: Comparison, label: str, e: _OutputError, tol: Tolerance, src, y_err: float,
+                          yardstick_text: str) -> None:
+    """The yardstick rule: max |O - O_ref| within `yardstick_factor` x the yardstick's own error `y_err` (the case
+    attended in the working dtype, `yardstick_text` naming it) + `yardstick_floor_ulp` ulps (+ the score-size term
+    of `yardstick_score_rel`): margin, figures and failure into `cmp`."""
+    # A kernel whose scores carry a relative error r (measured: `yardstick_score_rel`) moves the output by
+    # up to about r |s| max|v - O| (near a tie of two keys, r |s| p(1-p) |v1 - v2|): the bound grows with
+    # the size of the scores, max |LSE_ref|, times max |O_ref|. 0 (the defaults): no such term.
+    score_term = tol.yardstick_score_rel * e.lse_scale * e.ref_max
+    bound = tol.yardstick_factor * y_err + tol.yardstick_floor_ulp * e.unit + score_term
+    cmp.figures.update(yardstick_max_abs=y_err, yardstick_bound=bound,
+                       yardstick_ratio=(e.max_abs / y_err) if y_err > 0 else None)
+    if score_term:
+        cmp.figures["yardstick_score_term"] = score_term
+    cmp.margins["yardstick"] = e.max_abs / bound
+    if e.max_abs > bound:
+        floor_src = src("yardstick_floor_ulp")
+        terms = f" + {tol.yardstick_floor_ulp:g} ulp"
+        if floor_src and floor_src != src("yardstick_factor"):
+            terms += f" ({floor_src.strip()})"
+        if score_term:
+            score_src = src("yardstick_score_rel")
+            terms += (f" + {tol.yardstick_score_rel:g} x |LSE_ref| {e.lse_scale:.6g} x max|O_ref| {e.ref_max:.4g}"
+                      + (f" ({score_src.strip()})" if score_src else ""))
+        cmp.failures.append(
+            f"{label}: max error {e.max_abs:.4g} exceeds {tol.yardstick_factor:g} x "
+            f"{yardstick_text} error {y_err:.4g}{terms} = {bound:.4g} (yardstick rule{src('yardstick_factor')})")
 
 
 def _citer(bound_from: Mapping[str, str] | None):

@@ -11,8 +11,9 @@ The machinery lives in one module per concern; this module re-exports their publ
   isolation, kernel names;
 - `parity.engine.case_run`: `run_case` (the unit: materialize -> oracle -> yardstick -> lowering -> judged),
   `tolerance_for`, `judge_result`, `oracle_problem`, `compile_family`;
-- `parity.engine.sweep`: `check_lowering` (replays, boundary cases, the hypothesis draw and its shrinking), the
-  sharded and executor wrappers of `run_case`, availability, hook failures.
+- `parity.engine.sweep`: `check_lowering` (replays, boundary cases, the hypothesis draw and its shrinking:
+  `parity.engine.search`), availability, hook failures; `parity.engine.case_runners`: the sharded, executor,
+  interrupt and bad-input wrappers of `run_case`; `parity.engine.ports`: the case executor's protocol.
 
 The outcome model imports none of the others, so it is imported here at once; the rest are resolved on
 first use (PEP 562 `__getattr__`), so that importing this module stays cheap.
@@ -32,9 +33,12 @@ _REEXPORTS = {
                          "output_buffer_failures", "rerun_failures", "untouched_failures"),
     "parity.engine.case_run": ("compile_family", "judge_result", "oracle_problem", "refuse_invalid",
                         "run_case", "run_yardstick", "tolerance_for"),
-    "parity.engine.sweep": ("CaseExecutor", "CaseFailed", "availability", "case_failures", "check_lowering",
-                     "compile_budget_message", "executor_run_case", "hook_failure_report", "lowering_available",
-                     "refusing_invalid", "sharded_run_case", "stops_on_interrupt"),
+    "parity.engine.sweep": ("SweepSpec", "check_lowering", "hook_failure_report", "lowering_available"),
+    "parity.engine.search": ("CaseFailed", "case_failures"),
+    "parity.engine.sweep_report": ("compile_budget_message",),
+    "parity.engine.answers": ("availability",),
+    "parity.engine.case_runners": ("executor_run_case", "refusing_invalid", "sharded_run_case", "stops_on_interrupt"),
+    "parity.engine.ports": ("CaseExecutor",),
 }
 _HOME = {name: module for module, names in _REEXPORTS.items() for name in names}
 

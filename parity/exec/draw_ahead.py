@@ -1,17 +1,17 @@
-"""Cases drawn ahead by a second process while this one judges: `search`, `--draw-ahead`.
+"""Cases drawn ahead by a second process while this one judges: the drawer port's process-aware implementation
+(`ForkedDrawAhead`, `parity.engine.ports.DrawAhead`), `--draw-ahead`.
 
-Drawing a case is hypothesis's own work plus the repair of what the lowering refuses: 8-18 ms a case on the
-H200's host against 14-22 ms for judging it (docs/performance.md), all on one core, one after the other. A
-derandomized (or seeded) search draws the same sequence whatever the test function does, as long as no case
-fails: hypothesis's generate phase reads nothing of a passing call but that it returned. So a forked copy of
-the check (the drawer) runs the very same test function (`prop`, its text unchanged: it seeds the draws)
-with a `run_case` that only sends each case down a pipe, and this process judges them as they come, as
-`prop` would (`judge`: the same wrappers, the same counting and progress, in the same order).
+Drawing a case is hypothesis's own work plus the repair of what the lowering refuses: 8-18 ms a case against
+14-22 ms for judging it on a GPU host (docs/performance.md), all on one core, one after the other. A derandomized (or seeded) search draws
+the same sequence whatever the test function does, as long as no case fails (`parity.engine.draws`). So a forked
+copy of the check (the drawer) runs the very same test function (`prop`, its text unchanged: it seeds the draws)
+with a `run_case` that only sends each case down a pipe, and this process judges them as they come, as `prop`
+would (`judge`: the same wrappers, the same counting and progress, in the same order).
 
 While every case passes, that is the whole search: the same cases, judged once each, in the same order.
 When a case fails or raises (an `Exception`: a failure hypothesis shrinks), or the drawer's search ends
 with an error (no case it can draw, a health check, a draw it could not send), the drawer is stopped and
-hypothesis runs the search here as it always does (`resume`), over `replaying(run_case, judged, last)`:
+hypothesis runs the search here as it always does (`resume`), over `parity.engine.draws.replaying`:
 the cases judged already are answered SKIPPED (a pass, counted once, from the first time), the failing one
 with its outcome or exception from the first time (never judged twice: a flaky failure stays the failure
 it was), and every later call, shrinking included, is judged. A KeyboardInterrupt, SystemExit or hook
@@ -20,21 +20,17 @@ figure are those of the search without the drawer (`tests/parity/test_draw_ahead
 drawer calls and that spins in C code past its bound ends the drawer (`_exits_when_stuck`): the search then goes on
 here, where the hook is asked in the isolated worker and stopped (`parity.exec.hooks.answered_by`).
 
-The shards of one lowering (`check --jobs N --shards NAME=S`) each drew every case of the serial run to run
-their share of them. Now they share one drawer (`SharedDraws`): the first shard to reach its search forks it,
-the drawer appends each case to a file next to the parts, and every shard reads them from it; one draw of each
-case instead of S. A shard whose case fails goes on as above; the drawer draws on for the others.
+The shards of one lowering (`check --jobs N --shards NAME=S`) share one drawer (`SharedDraws`): the first shard
+to reach its search forks it, the drawer appends each case to a file next to the parts, and every shard reads them
+from it; one draw of each case instead of S. A shard whose case fails goes on as above; the drawer draws on for
+the others.
 
-When (`wanted`): `--draw-ahead on|off|auto` (auto: on for `AUTO_MIN_EXAMPLES` draws or more, where the
-process has two cores or more of its own: `parity.front.config.CheckConfig.draw_ahead_mode`; shards share their
-drawer unless `off`), and only where the draws cannot depend on anything but the seed: a derandomized or
-seeded search, no example database (its replays and saves), not targeted (`target()` steers the draw by the
-figures), with the generate phase, on a platform with `os.fork`. The drawer is forked from this process and
-touches no CUDA (torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would is a
-drawer error: the search runs here). Its CPU seconds count in this process's (it is reaped).
+When: the engine asks for a drawer where `parity.engine.draws.wanted` says so (`--draw-ahead on|off|auto`, the
+draws fixed by the seed); `search` forks one only on a platform with `os.fork`. The drawer is forked from this
+process and touches no CUDA (torch marks CUDA unusable in a forked child, so a lowering's `supports()` that would
+is a drawer error: the search runs here). Its CPU seconds count in this process's (it is reaped).
 
-Public: `MODES`, `AUTO_MIN_EXAMPLES`, `seed_fixes_the_draws`, `wanted`, `search`, `replaying`, `Drawer`,
-`SharedDraws`, `Ended`, `DrawDiverged`, `STUCK_GRACE`.
+Public: `ForkedDrawAhead`, `search`, `Drawer`, `SharedDraws`, `Ended`, `STUCK_GRACE`.
 """
 
 from __future__ import annotations
@@ -53,36 +49,7 @@ from parity.exec import hooks
 from parity.engine.outcome import SKIPPED, CaseOutcome
 from parity.exec.pool import process_alive
 
-MODES = ("auto", "on", "off")
 STUCK_GRACE = 1.0  # seconds past a hook's bound before a drawer stuck in it (in C code) exits
-AUTO_MIN_EXAMPLES = 100  # fewer draws gain little (a fork and exit with torch loaded: 4-11 ms on a CI-like CPU)
-
-
-class DrawDiverged(BaseException):
-    """hypothesis drew another case than the drawer did at the same index: the draws were not a function of
-    the seed alone (a strategy or `supports()` that reads the clock, the process or the outcomes). A
-    BaseException, so that hypothesis does not take it for a failure to shrink: it ends the lowering's check
-    (`parity.engine.sweep.check_lowering` fails it, saying so)."""
-
-
-def seed_fixes_the_draws(settings: Any, seed: int | None, target: bool) -> bool:
-    """Whether a search under hypothesis `settings` draws a sequence fixed by its seed alone (a drawer can draw
-    it elsewhere): derandomized or seeded, no example database, not targeted, with the generate phase, and a
-    platform with `os.fork`."""
-    from hypothesis import Phase
-
-    if not hasattr(os, "fork") or target or settings.database is not None or Phase.generate not in settings.phases:
-        return False
-    return bool(settings.derandomize or seed is not None)
-
-
-def wanted(mode: str, settings: Any, seed: int | None, target: bool) -> bool:
-    """Whether `search` forks a drawer for a search under hypothesis `settings` (see the module docstring)."""
-    if mode not in MODES:
-        raise ValueError(f"draw_ahead: one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "off" or not seed_fixes_the_draws(settings, seed, target):
-        return False
-    return mode == "on" or settings.max_examples >= AUTO_MIN_EXAMPLES
 
 
 def _frame(kind: str, value: Any) -> bytes:
@@ -203,9 +170,9 @@ class SharedDraws:
     """The draws of a lowering's `--jobs` shards, drawn once: every shard draws the very same sequence (a
     derandomized or seeded search), so the first shard to reach its search (`claim`: the file created
     exclusively) forks the one drawer, which appends each case to the file, and every shard, that one included,
-    judges its share of them as they come (`cases`). Instead of S draws of every case, one: on the H200 the
-    draw was 9 ms a case of the compiled merge's shards, 4-5 s of each shard's 16-27 s (session 20's runs
-    70-71).
+    judges its share of them as they come (`cases`). Instead of S draws of every case, one: on a GPU host the
+    draw was 9 ms a case of the compiled merge's shards, 4-5 s of each shard's 16-27 s
+    (docs/gpu/2026-12-03-h200-session20.md).
     A reader that finds no new record waits (0.5-5 ms), and asks whether the drawer (or, before it has
     written, the shard that claimed the file) still lives: dead before its last record, the search is
     `Ended` and hypothesis draws here as always."""
@@ -318,41 +285,19 @@ def _drawer_main(draw: Callable[[Callable[..., CaseOutcome]], None], fd: int) ->
         os._exit(status)
 
 
-def replaying(run_case: Callable[..., CaseOutcome], judged: list[Case],
-              last: tuple[Case, CaseOutcome | BaseException] | None) -> Callable[..., CaseOutcome]:
-    """`run_case` for the search that resumes after the drawer: its first `len(judged)` calls answer SKIPPED
-    (judged already), the next answers `last`'s outcome or raises its exception (judged already), every later
-    one is judged. Each replayed call must get the case judged at its index (else `DrawDiverged`)."""
-    state = {"at": 0}
-
-    def run(lowering, case, policy, opts, yardstick) -> CaseOutcome:
-        i = state["at"]
-        state["at"] += 1
-        if i < len(judged) or (i == len(judged) and last is not None):
-            want = judged[i] if i < len(judged) else last[0]
-            if case != want:
-                raise DrawDiverged(f"draw {i}: hypothesis drew {case.short()} where the drawer drew {want.short()}; "
-                                   f"the draws depend on more than the seed (run with --draw-ahead off)")
-            if i < len(judged):
-                return CaseOutcome(lowering.name, case, SKIPPED)
-            if isinstance(last[1], BaseException):
-                raise last[1]
-            return last[1]
-        return run_case(lowering, case, policy, opts, yardstick)
-    return run
-
-
 def search(prop: Callable[[], None], *, enabled: bool, draw: Callable[[Callable[..., CaseOutcome]], None],
            judge: Callable[[Case], CaseOutcome],
            resume: Callable[[list[Case], tuple[Case, CaseOutcome | BaseException] | None], None],
            shared: Path | None = None) -> None:
-    """The search of `parity.engine.sweep.check_lowering`: `prop()` where not `enabled` or no drawer could be forked;
+    """The search of `parity.engine.search`: `prop()` where not `enabled`, on a platform without `os.fork`, or
+    where no drawer could be forked;
     else the drawn cases judged here by `judge(case)` (prop's body: it counts and reports a case that did not
     fail, returns its outcome) while they all pass, and `resume(judged, last)` (hypothesis's search over
     `replaying`) when one fails or raises an Exception, or the drawer ends with an error. `shared` (a `--jobs`
     shard: `SharedDraws`' file, removed by the parent before the shards start): the cases come from the one
     drawer of the lowering's shards; this process forks it if it is the first to get here, and reaps it at the
     end without stopping it before (the other shards read it)."""
+    enabled = enabled and hasattr(os, "fork")
     drawer, source = None, None
     if shared is not None and enabled:
         draws = SharedDraws(shared)
@@ -402,3 +347,11 @@ def search(prop: Callable[[], None], *, enabled: bool, draw: Callable[[Callable[
         raise
     if drawer is not None:
         drawer.wait()
+
+
+class ForkedDrawAhead:
+    """The drawer port (`parity.engine.ports.DrawAhead`) of a process that may fork: `search` above."""
+
+    def search(self, prop: Callable[[], None], *, enabled: bool, draw: Callable[..., None],
+               judge: Callable[[Case], CaseOutcome], resume: Callable[..., None], shared: Path | None = None) -> None:
+        search(prop, enabled=enabled, draw=draw, judge=judge, resume=resume, shared=shared)

@@ -5,24 +5,26 @@ session SIGHUP, Ctrl-C SIGINT. Each raises KeyboardInterrupt; `check` writes the
 interrupted lowering failed as "a partial run, not a verdict") and exits `exit_code()` = 128 + the
 signal's number (130, 143, 129). An ignored signal (`nohup` ignores SIGHUP) stays ignored.
 
-A signal inherited blocked (a launcher's signal mask; the H200 machine's shell blocks SIGINT) is unblocked
+A signal inherited blocked (a launcher's signal mask: some GPU hosts' shells block SIGINT) is unblocked
 while the handler is installed, and blocked again after: blocked, it never arrives, and the kill that a
 time limit sends next loses the report.
 
 Python's default handler raises KeyboardInterrupt wherever the interpreter happens to be. Two ways that
-loses an interrupt or a report, both seen:
+loses an interrupt or a report, both seen (docs/gpu/2026-11-30-h200-session4.md):
 
 - coreutils `timeout -s INT` signals the command and then its whole process group, so the command gets
-  SIGINT twice; on a loaded host the second lands while the first is being handled (H200 run 12: a
-  `--jobs` parent lost its merged report that way). `SigintOnce` takes a repeat within `window` seconds
-  for the same interrupt.
+  SIGINT twice; on a loaded host the second lands while the first is being handled (a `--jobs` parent
+  lost its merged report that way). `SigintOnce` takes a repeat within `window` seconds for the same
+  interrupt.
 - a KeyboardInterrupt raised inside a garbage-collector callback (hypothesis installs one) or a `__del__`
   is printed as "Exception ignored" and dropped: the check went on drawing cases until its parent
-  killed it (measured on CPU: 1 run in 6 under load). So the handler also records the interrupt, and
-  `raise_if_requested()`, called between cases and in the `--jobs` poll loop, raises it again.
+  killed it (on a loaded CPU, about one run in six). So the handler also records the interrupt, and
+  `raise_if_requested()`, called between cases and in the `--jobs` poll loop, raises it again. The engine
+  reads the same record through its stop request port (`SignalStop`, installed by
+  `parity.exec.ports_impl.install()`).
 
 Public: `SIGNALS`, `SigintOnce`, `installed(force) -> context manager`, `requested()`, `raise_if_requested()`,
-`exit_code()`, `ignored_sigint_notice()`.
+`exit_code()`, `ignored_sigint_notice()`, `SignalStop`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import contextlib
 import signal
 import time
 from typing import Callable, Iterator
+
+from parity.engine import ports
 
 
 SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
@@ -71,7 +75,8 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
     """`SigintOnce` as the handler of `SIGNALS` for the block, then the previous ones back. Without
     `force` an ignored signal (a process started in the background, `nohup`) stays ignored, and a handler
     of the caller's own stays in place; `force` (a `--jobs` child, whose parent's SIGINT means "write your
-    partial part") installs it anyway. Returns None when it installed none."""
+    partial part") installs it anyway. Returns None when it installed none. While it holds, the handler is the
+    engine's stop request (`SignalStop`, `parity.engine.ports`)."""
     global _active, _last_signum
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     mine = [s for s in SIGNALS if force or previous[s] is _default(s)]
@@ -82,16 +87,17 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
     _last_signum = None
     for s in mine:
         signal.signal(s, handler)
-    # A signal the process inherited *blocked* (not ignored: a launcher's mask, e.g. the H200 machine's shell
-    # blocks SIGINT, run 43) would never reach the handler: a `timeout -s INT` limit then kills the check
-    # with its report unwritten (run 40). Unblocked for the block, the mask restored after.
+    # A signal the process inherited *blocked* (not ignored: a launcher's mask) would never reach the handler:
+    # a `timeout -s INT` limit then kills the check with its report unwritten. Unblocked for the block, the
+    # mask restored after.
     mask = getattr(signal, "pthread_sigmask", None)
     blocked = mask(signal.SIG_BLOCK, []) & set(mine) if mask is not None else set()
     if blocked:
         mask(signal.SIG_UNBLOCK, blocked)
     _active = handler
     try:
-        yield handler
+        with ports.installed(stop=SignalStop()):  # the engine's stop request reads this handler for the block
+            yield handler
     finally:
         if blocked:
             mask(signal.SIG_BLOCK, blocked)
@@ -103,8 +109,8 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
 def ignored_sigint_notice() -> str | None:
     """The line `check` prints when SIGINT is ignored in this process (inherited: a script's background job,
     or a launcher that ignores it), so a SIGINT time limit would not stop it and its report would be lost
-    to the kill that follows (H200 runs 40-41: a `check` stopped by `timeout -s INT` kept running); None
-    when SIGINT is not ignored."""
+    to the kill that follows (a `check` stopped by `timeout -s INT` kept running); None when SIGINT is not
+    ignored."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         return None
     return ("dflash-parity: note: SIGINT is ignored in this process (inherited from whatever started it, e.g. a "
@@ -127,3 +133,11 @@ def exit_code() -> int:
     """128 + the number of the signal that interrupted the last check (130 for SIGINT, 143 for SIGTERM,
     129 for SIGHUP); 130 when none was seen (a KeyboardInterrupt raised otherwise)."""
     return 128 + (_last_signum if _last_signum is not None else int(signal.SIGINT))
+
+
+class SignalStop:
+    """The engine's stop request port (`parity.engine.ports.StopRequest`) read from the installed handler: a
+    signal seen while `installed()` holds is a request to stop, though its KeyboardInterrupt was swallowed."""
+
+    def requested(self) -> bool:
+        return requested()

@@ -1,111 +1,35 @@
-"""Whether the next step of a case fits in the device's memory; a step that does not is skipped, and says so.
+"""Device memory shared by several processes on one GPU: the memory port's process-aware implementation.
 
-`run_case` asks `fits(...)` before each step that holds more tensors than the case's inputs (the
-yardstick's copy and working set, the untouched-input snapshot, the determinism / canary re-run, the
-request-isolation run), with the bytes the step needs
-(`oracle.footprint`). Free memory is measured (CUDA: `cudaMemGetInfo` plus what torch's caching
-allocator holds unused; CPU: `MemAvailable`), or, when `RunOptions.memory_bytes` is set, that budget less
-the case's inputs. A step that would not fit in `HEADROOM` of it is not run: the case's outcome records
-why under `skipped[check]`, the lowering's report counts the cases per check, and `summary.md` lists them.
-Never silent: a verdict without its hardening says so.
+What a case's steps ask of the device's memory (`fits`, out-of-memory, the allocator's cache) is the engine's
+(`parity.engine.device_memory`, re-exported here). This module adds what several processes on one device need:
+a large case leases its bytes in a ledger the processes share and waits for room (`device_lease`).
+`SharedDeviceMemory` is the memory port (`parity.engine.ports.DeviceMemory`) with that lease, installed by
+`parity.exec.ports_impl.install()`.
+
+Public: `SharedDeviceMemory`, `device_lease`, `lease`, `release`, `ledger_path`, `LARGE_SHARE`, `LEASE_SHARE`,
+`POLL_SECONDS`; the engine's `fits`, `free_bytes`, `cached_unused_bytes`, `skip_message`, `is_out_of_memory`,
+`release_cached`, `OutOfDeviceMemory` and the check names (`RETRIED_OOM`, `YARDSTICK`, `UNTOUCHED`, `RERUN`,
+`ISOLATION`, `HEADROOM`), re-exported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
+import tempfile
+import time
+from pathlib import Path
 from typing import Iterator
 
+import torch
+
 from oracle import footprint
+from parity.engine.device_memory import (  # noqa: F401  (public here too)
+    HEADROOM, ISOLATION, RERUN, RETRIED_OOM, UNTOUCHED, YARDSTICK, InProcessMemory, OutOfDeviceMemory,
+    cached_unused_bytes, fits, free_bytes, is_out_of_memory, release_cached, skip_message)
 from parity.exec.pool import process_alive
-
-
-class OutOfDeviceMemory(Exception):
-    """A step of a case ran out of device memory (CUDA): a condition of the shared device, which `run_case`
-    answers by judging the case again with the device's large-case memory to itself, never a verdict by itself."""
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is the device running out of memory: `OutOfDeviceMemory`, torch's `OutOfMemoryError`, or a
-    CUDA error saying so (a kernel library's allocation). A host `MemoryError` is not (nothing to wait for)."""
-    if isinstance(err, OutOfDeviceMemory):
-        return True
-    import torch
-
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    text = str(err).lower()
-    return (oom is not None and isinstance(err, oom)) or ("cuda" in text and "out of memory" in text)
-
-
-def release_cached(opts) -> None:
-    """The allocator's cached blocks back to the device (CUDA), before a case is judged again after running out:
-    first the first attempt's tensors, which reference cycles of its frames may still hold (`gc.collect`)."""
-    import gc
-
-    gc.collect()
-    if str(opts.device).startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()
-
-
-RETRIED_OOM = "out of device memory"  # CaseOutcome.retried key: judged again alone after running out
-
-
-YARDSTICK = "yardstick"
-UNTOUCHED = "untouched-input check"
-RERUN = "determinism and canary re-run"
-ISOLATION = "request isolation"
-HEADROOM = 0.9  # of the free memory a step may take (allocator rounding, the lowering's temporaries)
-
-
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def free_bytes(case, opts) -> int | None:
-    """Bytes the next step may take: `opts.memory_bytes` less the case's inputs when set, else measured
-    on the device; None when it cannot be measured (the step runs)."""
-    if opts.memory_bytes is not None:
-        return opts.memory_bytes - footprint.input_bytes(case)
-    if str(opts.device).startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info()
-        return free + cached_unused_bytes(torch.cuda.memory_stats_as_nested_dict())
-    return _meminfo_available()
-
-
-def cached_unused_bytes(stats: dict) -> int:
-    """Bytes torch's caching allocator holds and no tensor uses (reserved less allocated, all pools), from one
-    `torch.cuda.memory_stats_as_nested_dict()`: what `memory_reserved() - memory_allocated()` gives, without the two
-    flattenings of every counter those make (H200 run 87: 1.2 ms of a case's host time per `fits`, 1.6 a case)."""
-    def current(key: str) -> int:
-        return int(stats.get(key, {}).get("all", {}).get("current", 0))
-    return current("reserved_bytes") - current("allocated_bytes")
-
-
-def skip_message(check: str, what: str, need: int, free: int, device: str) -> str:
-    return (f"{check} skipped: {what} needs {footprint.human(need)}, {footprint.human(max(0, free))} free on "
-            f"{device}")
-
-
-def fits(outcome, check: str, case, opts, need: int, what: str) -> bool:
-    """Whether `need` bytes fit now; if not, records why under `outcome.skipped[check]` (when an outcome
-    is given) and returns False."""
-    free = free_bytes(case, opts)
-    if free is None or need <= free * HEADROOM:
-        return True
-    if outcome is not None:
-        outcome.skipped[check] = skip_message(check, what, need, free, opts.device)
-    return False
 
 
 # ---- one device, several processes: admission of the large cases ------------------------------------------
@@ -129,9 +53,6 @@ POLL_SECONDS = 0.05
 def _ledger(path) -> Iterator[dict[int, int]]:
     """The ledger at `path` (created if missing) under an exclusive lock: `{pid: bytes leased}`, written back
     after the block when the block changed it (an unreadable ledger reads as empty)."""
-    import fcntl
-    import json
-
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
@@ -169,11 +90,6 @@ def release(path, *, pid: int | None = None) -> None:
 
 def ledger_path(device_index: int):
     """One ledger per physical GPU (its UUID where torch gives it: processes may number GPUs differently)."""
-    import tempfile
-    from pathlib import Path
-
-    import torch
-
     props = torch.cuda.get_device_properties(device_index)
     ident = str(getattr(props, "uuid", "") or f"{device_index}-{props.name}").replace("/", "_").replace(" ", "_")
     return Path(tempfile.gettempdir()) / f"dflash-parity-gpu-{ident}.json"
@@ -190,12 +106,8 @@ class device_lease:
         self.case, self.opts, self.path, self.waited, self.alone = case, opts, None, 0.0, alone
 
     def __enter__(self) -> "device_lease":
-        import time
-
         if not str(self.opts.device).startswith("cuda") or self.opts.memory_bytes is not None:
             return self
-        import torch
-
         index = torch.cuda.current_device()
         total = torch.cuda.get_device_properties(index).total_memory
         o = self.opts
@@ -213,7 +125,13 @@ class device_lease:
 
     def __exit__(self, *exc) -> None:
         if self.path is not None:
-            import torch
-
             release(self.path)
             torch.cuda.empty_cache()
+
+
+class SharedDeviceMemory(InProcessMemory):
+    """The memory port of a process that shares its GPU with others (`check --jobs`, pytest-xdist, the isolated
+    workers beside them): the engine's `fits` and out-of-memory, and `device_lease` as the lease."""
+
+    def lease(self, case, opts, *, alone: bool = False) -> device_lease:
+        return device_lease(case, opts, alone=alone)

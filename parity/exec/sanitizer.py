@@ -11,7 +11,9 @@ returned on the current stream, as the judge does, and synchronizes. CSAN raises
 the first access to a tensor that another stream wrote or read without synchronization; the subprocess
 prints each error (the tensor, both streams, both kernels, each with its stack) between markers and exits
 3; nothing found: exit 0. `replay` returns the report as text, headed by `FOUND`, `NOTHING` or
-`COULD_NOT`; `summary_line` makes the one line attached to the failure's messages.
+`COULD_NOT`, the format the engine reads (`parity.engine.sanitizer_report`: its `summary_line` makes the one line
+attached to the failure's messages). `replay`, its plugins bound, is the engine's sanitizer port
+(`parity.engine.ports.SanitizerReplay`), given to `check_lowering` by the session on CUDA.
 
 CSAN sees accesses made through PyTorch (tensor arguments of torch ops and of custom ops registered with
 torch.library, stream and event calls): a race inside one kernel, or on memory a library allocates
@@ -30,14 +32,10 @@ from pathlib import Path
 from typing import Sequence
 
 from oracle.case import Case
+from parity.engine.sanitizer_report import COULD_NOT, FOUND, NOTHING, SEES, summary_line  # noqa: F401  (public here too)
 
-FOUND = "stream sanitizer (torch.cuda._sanitizer) found an unsynchronized access replaying this case"
-NOTHING = "stream sanitizer (torch.cuda._sanitizer) replayed this case and found no unsynchronized access"
-COULD_NOT = "stream sanitizer (torch.cuda._sanitizer) could not replay this case"
 BEGIN, END = "--- dflash-parity sanitizer report ---", "--- end of report ---"
 EXIT_FOUND = 3
-SEES = ("it sees accesses through PyTorch only: a race inside one kernel, or on memory a library allocates "
-        "itself, is not seen")
 
 
 def replay(lowering: str, case: Case, history: Case | None = None, *, plugins: Sequence[str] = (),
@@ -79,22 +77,6 @@ def parse_output(code: int, stdout: str, stderr: str) -> str:
         return f"{NOTHING} ({SEES})"
     tail = " | ".join((stderr or stdout).strip().splitlines()[-6:])
     return f"{COULD_NOT}: the replay exited with code {code}: {tail[:600]}"
-
-
-def summary_line(text: str) -> str:
-    """One line for a failure's messages: the header, and for a finding the first race's tensor, and each
-    access's stream, kernel and kind (the stacks stay in the failure file)."""
-    head, _, body = text.partition(":\n")
-    if not text.startswith(FOUND):
-        return text.splitlines()[0] if text else COULD_NOT
-    lines = [ln.strip() for ln in body.splitlines()]
-    keep = [ln for ln in lines if ln.startswith("CSAN detected")][:1]
-    for i, ln in enumerate(lines):
-        if ln.startswith(("Access by stream", "Previous access by stream")):
-            keep += [ln, *lines[i + 1:i + 3]]  # the kernel's schema, then "reading from ..." / "writing to ..."
-        if len(keep) >= 7:
-            break
-    return f"{head}: " + "; ".join(keep)[:700] + " (stacks in the failure file)"
 
 
 def _read_all(result) -> None:

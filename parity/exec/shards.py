@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from oracle.errors import InvalidInput
 from parity.front.config import parse_shard  # noqa: F401  (`--shard I/S` -> (I, S))
-from parity.report.file_names import stem_files
+from parity.engine.file_names import stem_files
 from parity.engine.outcome import FAMILY_KEYS  # noqa: F401  (a part's {family: compilations}; merged away)
 
 MAX_SHARDS = 64

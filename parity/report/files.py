@@ -73,7 +73,7 @@ from typing import Any
 import torch
 
 from parity.report import lse as lse_report
-from parity.engine.drawn import summary_lines as drawn_summary_lines
+from parity.report.drawn_md import summary_lines as drawn_summary_lines
 from parity.report.escape import md_code, md_text
 from parity.report.file_names import check_distinct, stem_files
 from parity.report.junit import junit_xml  # noqa: F401  (public here too)

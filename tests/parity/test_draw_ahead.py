@@ -1,4 +1,5 @@
-"""`--draw-ahead`: a forked process draws the cases while the check judges them (`parity.exec.draw_ahead`).
+"""`--draw-ahead`: a forked process draws the cases while the check judges them (the drawer port
+`parity.engine.ports.DrawAhead`: `parity.engine.draws`, and its process-aware implementation `parity.exec.draw_ahead`).
 
 It must change nothing a run finds: the seeded CPU run of `test_figures_unchanged` (a mutant's failure found
 and shrunk) gives the recorded figures with the drawer on, through both of its paths (every case passed; a
@@ -15,7 +16,8 @@ import time
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from parity.exec import draw_ahead
+from parity.engine import draws, ports
+from parity.exec import draw_ahead, ports_impl
 from parity.engine.outcome import SKIPPED, CaseOutcome
 from tests.parity import test_figures_unchanged as fixture_run
 
@@ -77,7 +79,7 @@ def _toy_search(fail_at=None, raise_at=None, *, enabled=True, drawer_error_after
 
     def resume(judged, last):
         state["resumed"] = (list(judged), last)
-        state["run_case"] = draw_ahead.replaying(real_run_case, judged, last)
+        state["run_case"] = draws.replaying(real_run_case, judged, last)
         prop()
 
     ended = None
@@ -126,34 +128,57 @@ def test_a_drawer_that_ends_with_an_error_leaves_the_search_to_hypothesis():
 
 
 def test_a_draw_that_diverges_is_refused_naming_the_draw():
-    run = draw_ahead.replaying(lambda *a: CaseOutcome("toy", a[1], "pass"), [_Case(5), _Case(6)], None)
+    run = draws.replaying(lambda *a: CaseOutcome("toy", a[1], "pass"), [_Case(5), _Case(6)], None)
     assert run(_Named(), _Case(5), None, None, None).status == SKIPPED
-    with pytest.raises(draw_ahead.DrawDiverged, match=r"draw 1: hypothesis drew case 7 where the drawer drew case 6"):
+    with pytest.raises(draws.DrawDiverged, match=r"draw 1: hypothesis drew case 7 where the drawer drew case 6"):
         run(_Named(), _Case(7), None, None, None)
 
 
-def test_a_diverged_draw_fails_the_lowering_saying_so(monkeypatch):
-    """Through `check_lowering`: the lowering fails with the divergence named, and hypothesis does not shrink
-    it (a BaseException)."""
+class _Diverging:
+    """A drawer port whose search ends as one that diverged does."""
+
+    def search(self, *_a, **_kw):
+        raise draws.DrawDiverged("draw 3: hypothesis drew case A where the drawer drew case B")
+
+
+def test_a_diverged_draw_fails_the_lowering_saying_so():
+    """Through `check_lowering` and the drawer port: the lowering fails with the divergence named, and hypothesis
+    does not shrink it (a BaseException)."""
     from parity.engine import policy, sweep
 
-    def diverging(*_a, **_kw):
-        raise draw_ahead.DrawDiverged("draw 3: hypothesis drew case A where the drawer drew case B")
-
-    monkeypatch.setattr(draw_ahead, "search", diverging)
     import lowerings
     from strategies import cases, profile_settings
 
     lw = lowerings.get("sdpa")
-    rep = sweep.check_lowering(lw, policy.load(), strategy=cases(lw), settings=profile_settings("ci", max_examples=3),
-                               flaky_runs=0)
+    with ports.installed(draw_ahead=_Diverging()):
+        rep = sweep.check_lowering(lw, policy.load(), strategy=cases(lw),
+                                   settings=profile_settings("ci", max_examples=3), flaky_runs=0)
     assert rep.status == "fail" and any("draw 3: hypothesis drew case A" in e for e in rep.extra), rep.extra
+
+
+def test_without_the_process_machinery_the_search_draws_here():
+    """The drawer port's pure default draws in this process (no fork), whatever is asked: `prop()` alone."""
+    called = []
+    draws.DrawHere().search(lambda: called.append("prop"), enabled=True, draw=lambda send: called.append("drawer"),
+                            judge=lambda case: called.append("judge"), resume=lambda *a: called.append("resume"),
+                            shared=None)
+    assert called == ["prop"]
+
+
+def test_a_platform_without_fork_searches_here(monkeypatch):
+    """`parity.exec.draw_ahead.search` forks no drawer where `os.fork` is missing: `prop()` alone."""
+    forks = []
+    monkeypatch.setattr(draw_ahead.Drawer, "fork", classmethod(lambda cls, *a, **k: forks.append(1)))
+    monkeypatch.delattr(os, "fork")
+    called = []
+    draw_ahead.search(lambda: called.append(1), enabled=True, draw=None, judge=None, resume=None)
+    assert called == [1] and forks == []
 
 
 def test_the_replay_answers_skipped_then_the_failure_then_judges():
     seen = []
     fail = CaseOutcome("toy", _Case(3), "fail")
-    run = draw_ahead.replaying(lambda *a: seen.append(int(a[1])) or CaseOutcome("toy", a[1], "pass"),
+    run = draws.replaying(lambda *a: seen.append(int(a[1])) or CaseOutcome("toy", a[1], "pass"),
                                [_Case(1), _Case(2)], (_Case(3), fail))
     assert [run(_Named(), _Case(c), None, None, None).status for c in (1, 2)] == [SKIPPED, SKIPPED]
     assert run(_Named(), _Case(3), None, None, None) is fail
@@ -194,9 +219,9 @@ def test_when_the_drawer_is_used(mode, kw, want, tmp_path):
     db = DirectoryBasedExampleDatabase(str(tmp_path)) if kw.get("database") else None
     s = settings(max_examples=kw.get("max_examples", 60), derandomize=kw.get("derandomize", True), database=db,
                  phases=kw.get("phases", [Phase.generate]))
-    assert draw_ahead.wanted(mode, s, kw.get("seed"), kw.get("target", False)) is want
+    assert draws.wanted(mode, s, kw.get("seed"), kw.get("target", False)) is want
     with pytest.raises(ValueError, match="one of auto, on, off"):
-        draw_ahead.wanted("sometimes", s, None, False)
+        draws.wanted("sometimes", s, None, False)
 
 
 @pytest.mark.usefixtures("single_threaded_torch")
@@ -206,12 +231,15 @@ def test_a_seeded_cpu_run_finds_the_same_with_the_drawer(tmp_path, monkeypatch):
     hypothesis."""
     import json
 
+    from parity.engine import search
+
     forks, resumes = [], []
-    real_fork, real_replaying = draw_ahead.Drawer.fork.__func__, draw_ahead.replaying
+    real_fork, real_replaying = draw_ahead.Drawer.fork.__func__, draws.replaying
     monkeypatch.setattr(draw_ahead.Drawer, "fork", classmethod(lambda cls, d: forks.append(1) or real_fork(cls, d)))
-    monkeypatch.setattr(draw_ahead, "replaying", lambda *a: resumes.append(len(a[1])) or real_replaying(*a))
+    monkeypatch.setattr(search, "replaying", lambda *a: resumes.append(len(a[1])) or real_replaying(*a))
     monkeypatch.setattr(fixture_run, "ARGS", [*fixture_run.ARGS, "--draw-ahead", "on"])
-    got = fixture_run.figures(tmp_path / "report")
+    with ports.installed(**ports_impl.implementations()):  # as the front ends' start-up installs them: a drawer forks
+        got = fixture_run.figures(tmp_path / "report")
     want = json.loads(fixture_run.FIXTURE.read_text())
     assert got["lowerings"]["my_windowed_merge"]["failures"][0]["shrunk"]
     diff = fixture_run.differences(want, got)

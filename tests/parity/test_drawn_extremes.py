@@ -15,6 +15,7 @@ from oracle.case import Case
 from parity.engine import drawn
 from oracle import footprint
 from parity.engine.outcome import LoweringReport
+from parity.report.drawn_md import summary_lines as drawn_summary_lines
 from parity.engine.policy import load
 from parity.engine.runner import CaseOutcome, RunOptions, check_lowering
 from strategies import MODELS, build_case, check_cases, profile_settings
@@ -71,7 +72,7 @@ def test_extremes_count_merge_and_show():
     rep.add(LoweringReport("x", "cpu", "pass", drawn=d))
     rep.add(LoweringReport.from_json("x", {"status": "pass", "drawn": d}), same_process=False)
     assert rep.drawn["extremes"] == m | {"window_edges": m["window_edges"]}
-    lines = "\n".join(drawn.summary_lines({"x": {"drawn": d}}))
+    lines = "\n".join(drawn_summary_lines({"x": {"drawn": d}}))
     assert "| `x` | 448 | 1 | 128 (1) | L-1 2, L 1 | 40 | W 10: 3/0 |" in lines, lines
 
 

@@ -82,7 +82,7 @@ def test_stems_are_one_to_one_and_a_remaining_collision_is_named():
     assert lowering_stem("decode_rows") == "decode_rows" and lowering_stem("a_b") == "a_b"  # plain names as before
     check_distinct(names)
     with pytest.raises(ValueError, match="'p' and 'q' map to one file name stem"):
-        import parity.report.file_names as fn
+        import parity.engine.file_names as fn
         saved = fn.lowering_stem
         fn.lowering_stem = lambda n: "same"
         try:

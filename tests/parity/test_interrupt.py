@@ -130,11 +130,42 @@ def test_a_swallowed_sigint_still_stops_the_check():
     import signal
 
     lw = lowerings.get("decode_rows")
-    with interrupt.installed(force=True):
+    with interrupt.installed(force=True):  # the engine's stop request reads the handler for the block
         rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
                              opts=RunOptions(), progress=progress)
     assert rep.interrupted and rep.cases == 3 and len(seen) == 3
     assert not interrupt.requested()  # the handler is gone with the block
+
+
+def test_the_engine_reads_a_stop_through_its_port():
+    """The stop request port: the engine's pure default is a flag nothing raises by itself; raised, the sweep
+    stops before its next case as it does for a swallowed SIGINT; the process machinery's reads the handler."""
+    import lowerings
+    from parity.engine import policy, ports
+    from parity.engine.runner import RunOptions, check_lowering
+    from strategies import cases, profile_settings
+
+    flag = ports.StopFlag()
+    seen = []
+
+    def progress(report, outcome):
+        seen.append(outcome)
+        if len(seen) == 2:
+            flag.request()
+
+    lw = lowerings.get("decode_rows")
+    with ports.installed(stop=flag):
+        assert not ports.stop_requested()
+        rep = check_lowering(lw, policy.load(None), strategy=cases(lw), settings=profile_settings("ci", max_examples=50),
+                             opts=RunOptions(), progress=progress)
+        assert ports.stop_requested()
+    assert rep.interrupted and rep.cases == 2 and len(seen) == 2
+    assert not ports.stop_requested()  # the default back after the block
+    assert interrupt.SignalStop().requested() is False  # no handler installed: nothing seen
+    outside = ports.current().stop
+    with interrupt.installed(force=True):
+        assert isinstance(ports.current().stop, interrupt.SignalStop)
+    assert ports.current().stop is outside
 
 
 def test_an_interrupt_while_shrinking_keeps_the_smallest_failure_found(tmp_path):
@@ -286,12 +317,12 @@ def test_an_interrupt_between_or_inside_hypothesis_set_up_still_writes_the_parti
     import os
     import signal
 
-    import hypothesis
     import hypothesis.core
 
+    from parity.engine import search
     from parity.front import cli
 
-    module = hypothesis.core if where == "ConjectureRunner" else hypothesis
+    module = hypothesis.core if where == "ConjectureRunner" else search  # `given` as the search calls it
     real = getattr(module, where)
 
     def interrupted(*args, **kwargs):

@@ -247,7 +247,7 @@ def test_shards_that_draw_different_cases_split_families_by_their_hash():
     import random
     from types import SimpleNamespace
 
-    from parity.engine.sweep import shard_of_family, sharded_run_case
+    from parity.engine.case_runners import shard_of_family, sharded_run_case
 
     lw = SimpleNamespace(name="x")
     families = [(k, "bf16", 128) for k in range(40)]

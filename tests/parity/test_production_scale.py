@@ -14,9 +14,10 @@ from lowerings import torch_emulation as te
 from lowerings.protocol import LoweringResult
 from oracle.case import Case
 from oracle.inputs import materialize
-from parity.engine import drawn
+from parity.engine import device_memory as memory, drawn, ports
 from oracle import footprint
-from parity.exec import memory
+from parity.exec import memory as shared_memory
+from parity.report.drawn_md import summary_lines as drawn_summary_lines
 from parity.engine import policy as parity_policy
 from parity.report.files import summary_md, to_json, write_reports
 from parity.engine.hardening import negate_context
@@ -78,19 +79,20 @@ def test_hardening_steps_that_do_not_fit_are_skipped_and_said_so(policy):
     assert f"untouched-input check skipped on {rep.cases} case(s) for lack of device memory" in summary_md(data)
 
 
-def test_isolation_is_skipped_alone_when_only_it_does_not_fit(policy, monkeypatch):
+def test_isolation_is_skipped_alone_when_only_it_does_not_fit(policy):
     case = build_case(dict(BASE, seed=3))  # seed % 3 == 0: this case runs the isolation check
     asked = []
 
-    def fits(outcome, check, case_, opts, need, what):
-        asked.append(check)
-        if check == memory.ISOLATION:
-            outcome.skipped[check] = memory.skip_message(check, what, need, 0, "cpu")
-            return False
-        return True
+    class IsolationDoesNotFit(memory.InProcessMemory):
+        def fits(self, outcome, check, case_, opts, need, what):
+            asked.append(check)
+            if check == memory.ISOLATION:
+                outcome.skipped[check] = memory.skip_message(check, what, need, 0, "cpu")
+                return False
+            return True
 
-    monkeypatch.setattr(memory, "fits", fits)
-    out = run_case(lowerings.get("context"), case, policy, RunOptions(), lowerings.get("sdpa"))
+    with ports.installed(memory=IsolationDoesNotFit()):  # the memory port, as a device with no room would answer
+        out = run_case(lowerings.get("context"), case, policy, RunOptions(), lowerings.get("sdpa"))
     assert out.status == "pass" and list(out.skipped) == [memory.ISOLATION] and memory.ISOLATION in asked
 
 
@@ -102,7 +104,7 @@ def test_drawn_histograms_count_merge_and_show():
     assert d["kv_dtype"] == {"fp8": 6} and d["head_dim"] == {"128": 6} and drawn.long_share(d) == (2, 6)
     merged = drawn.merge([d, d, None])
     assert merged["context"]["0"] == 2 and merged["kv_dtype"]["fp8"] == 12
-    lines = "\n".join(drawn.summary_lines({"x": {"drawn": d}}))
+    lines = "\n".join(drawn_summary_lines({"x": {"drawn": d}}))
     assert "| `x` | 1 | 1 | 1 | 1 | 1 | 1 | 33% | bf16 100% | fp8 100% | 128 100% | 0 |" in lines
 
 
@@ -213,9 +215,9 @@ def test_draws_do_not_depend_on_the_modules_a_process_imported(policy, tmp_path,
     importlib.import_module("dflash_many_constants")
     try:
         assert _drawn_cases(policy, lw) == before
-        import strategies  # the negative control: with the pool on, the same draws differ
+        from parity.engine import search  # the negative control: with the pool on, the same draws differ
 
-        monkeypatch.setattr(strategies, "seed_only_draws", lambda: __import__("contextlib").nullcontext())
+        monkeypatch.setattr(search, "seed_only_draws", lambda: __import__("contextlib").nullcontext())
         try:
             from hypothesis.internal.conjecture import providers
             providers.CONSTANTS_CACHE.cache.clear()
@@ -235,21 +237,21 @@ def test_large_cases_on_one_gpu_lease_their_bytes(tmp_path):
 
     path = tmp_path / "ledger.json"
     me, other = os.getpid(), os.getppid()  # two live processes
-    assert memory.lease(path, 70, 100, pid=other)
-    assert not memory.lease(path, 40, 100, pid=me)  # 70 + 40 > 100: wait
-    assert memory.lease(path, 30, 100, pid=me)  # fits beside it
-    memory.release(path, pid=me)
-    memory.release(path, pid=other)
-    assert memory.lease(path, 500, 100, pid=me), "alone, a case larger than the cap still runs"
-    memory.release(path, pid=me)
+    assert shared_memory.lease(path, 70, 100, pid=other)
+    assert not shared_memory.lease(path, 40, 100, pid=me)  # 70 + 40 > 100: wait
+    assert shared_memory.lease(path, 30, 100, pid=me)  # fits beside it
+    shared_memory.release(path, pid=me)
+    shared_memory.release(path, pid=other)
+    assert shared_memory.lease(path, 500, 100, pid=me), "alone, a case larger than the cap still runs"
+    shared_memory.release(path, pid=me)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    assert memory.lease(path, 90, 100, pid=dead.pid)
-    assert memory.lease(path, 90, 100, pid=me), "a dead process's lease is dropped"
+    assert shared_memory.lease(path, 90, 100, pid=dead.pid)
+    assert shared_memory.lease(path, 90, 100, pid=me), "a dead process's lease is dropped"
     assert json.loads(path.read_text()) == {str(me): 90}
 
 
 def test_a_small_case_or_a_cpu_run_takes_no_lease():
     case = build_case(BASE)
-    with memory.device_lease(case, RunOptions(device="cpu")) as held:
+    with shared_memory.device_lease(case, RunOptions(device="cpu")) as held:
         assert held.path is None and held.waited == 0.0
