@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.engine import ranges
+from parity.report.provenance import parse_shard  # noqa: F401  (`--shard I/S` -> (I, S); public here too)
 
 DEVICES = ("cpu", "cuda")
 JOBS_STARTS = ("prefork", "spawn")  # `--jobs-start`: see parity.exec.prefork
@@ -26,22 +27,6 @@ def InvalidInput(where: str, rule: str) -> Exception:  # noqa: N802  (imported l
     from oracle.errors import InvalidInput as invalid
 
     return invalid(where, rule)
-
-
-def parse_shard(text: str, where: str = "--shard") -> tuple[int, int]:
-    """`I/S` (0 <= I < S <= `parity.engine.ranges.MAX_RUN_SHARDS`, both integers) -> (I, S); InvalidInput naming
-    `where` otherwise (before anything is sized by S)."""
-    i, sep, n = str(text).partition("/")
-    try:
-        shard = (int(i), int(n)) if sep and len(str(text)) <= 64 else (-1, 0)
-    except ValueError:
-        shard = (-1, 0)
-    if not 0 <= shard[0] < shard[1]:
-        raise InvalidInput(where, f"expected I/S with 0 <= I < S (shard I of S, counted from 0), got {text!r}")
-    if shard[1] > ranges.MAX_RUN_SHARDS:
-        raise InvalidInput(where, f"S at most {ranges.MAX_RUN_SHARDS} shards (a run split over more machines than "
-                                  f"that is refused before anything is sized by it), got {str(text)[:64]!r}")
-    return shard
 
 
 def _positive_number(where: str, value: Any) -> None:

@@ -43,14 +43,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from oracle.errors import InvalidInput
-from parity.report import provenance, directory as report_dir, rundir
 from parity.engine import ranges
-from parity.front.config import parse_shard
-from parity.report.file_names import check_distinct, failure_filename, lowering_stem, stem_files
-from parity.front.intake import read_json
 from parity.engine.outcome import FAMILY_KEYS, merge_entries
-from parity.report.files import atomic_write, dumps, replay_command, write_merged
+from parity.report import directory as report_dir, provenance, rundir
+from parity.report.failure_files import replay_command
+from parity.report.file_names import check_distinct, failure_filename, lowering_stem, stem_files
+from parity.report.files import write_merged
+from parity.report.intake import read_json
+from parity.report.provenance import parse_shard
 from parity.report.read import load_report, report_path, unfinished
+from parity.report.writing import atomic_write, dumps
 
 IGNORED_SETTINGS = ("shard", "jobs", "shards", "device_name", "threads", "mps")  # may differ between shards
 _SAME_TOP = ("device", "profile", "torch")

@@ -5,10 +5,11 @@
 each was checked (profile, seed, max_examples, hardening, isolation, `--limit`s, ...), the effective
 policy (every bound applied per lowering and dtype, with its source table and reason: `Policy.record`),
 the plugin files with their content hashes, and the git commit of the checkout (best effort).
-`finish(data, interrupted)` stamps `finished` and the run's `verdict` (`verdict_of`).
+`finish(data, interrupted)` stamps `finished` and the run's `verdict` (`verdict_of`). `parse_shard(text)`
+reads the `shard` setting ("I/S": `check --shard I/S`) back, from the command line or from a report.
 
-Public: `new_run_id`, `now`, `parse_time`, `file_sha256`, `git_commit`, `run_settings`, `run_header`,
-`verdict_of`, `finish`, `VERDICTS`.
+Public: `new_run_id`, `now`, `parse_time`, `parse_shard`, `file_sha256`, `git_commit`, `run_settings`,
+`run_header`, `verdict_of`, `finish`, `VERDICTS`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import subprocess
 import uuid
 from pathlib import Path
 from typing import Any, Sequence
+
+from parity.engine import ranges
 
 VERDICTS = ("pass", "fail", "interrupted", "nothing judged")
 
@@ -46,6 +49,24 @@ def parse_time(text: str, where: str) -> _dt.datetime:
     except (ValueError, OverflowError, OSError):
         raise InvalidInput(where, f"an ISO-8601 time (2026-12-01T10:00:00Z) or a Unix time (@1764583200), got {text!r}") from None
     return d if d.tzinfo is not None else d.replace(tzinfo=_dt.timezone.utc)
+
+
+def parse_shard(text: str, where: str = "--shard") -> tuple[int, int]:
+    """`I/S` (0 <= I < S <= `parity.engine.ranges.MAX_RUN_SHARDS`, both integers) -> (I, S); InvalidInput naming
+    `where` otherwise (before anything is sized by S)."""
+    from oracle.errors import InvalidInput  # late: `oracle` imports torch, and the pytest plugin reads `--shard`
+
+    i, sep, n = str(text).partition("/")
+    try:
+        shard = (int(i), int(n)) if sep and len(str(text)) <= 64 else (-1, 0)
+    except ValueError:
+        shard = (-1, 0)
+    if not 0 <= shard[0] < shard[1]:
+        raise InvalidInput(where, f"expected I/S with 0 <= I < S (shard I of S, counted from 0), got {text!r}")
+    if shard[1] > ranges.MAX_RUN_SHARDS:
+        raise InvalidInput(where, f"S at most {ranges.MAX_RUN_SHARDS} shards (a run split over more machines than "
+                                  f"that is refused before anything is sized by it), got {str(text)[:64]!r}")
+    return shard
 
 
 def file_sha256(path: str | Path) -> str:

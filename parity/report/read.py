@@ -3,7 +3,7 @@ that is not a finished version-2 report of `check` (exit 2, never a traceback), 
 statuses and verdict recomputed (`parity.report.trust`).
 
 - `report_path(path)`: a report directory's `parity.json`, or the file given.
-- `load_report(path, what)`: read with `parity.front.intake.read_json` (a FIFO, a device, a file past 256 MiB or
+- `load_report(path, what)`: read with `parity.report.intake.read_json` (a FIFO, a device, a file past 256 MiB or
   nested too deeply is refused by kind, size and depth, never blocking); the schema, version 2 (version 1
   recorded neither the settings nor the policy, so it cannot be compared honestly), the fields the gate
   reads and their types; then `report_trust.check_report` (the run finished, every figure finite) and
@@ -21,7 +21,7 @@ from typing import Any
 from oracle.errors import InvalidInput
 from parity.report import trust as report_trust, rundir
 from parity.report.escape import md_code as _c, md_text as _t
-from parity.front.intake import read_json
+from parity.report.intake import read_json
 from parity.report.files import SCHEMA, SCHEMA_VERSION
 
 _V2_FIELDS = {"run_id": str, "started": str, "verdict": str, "settings": dict, "policy": dict, "lowerings": dict}

@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from parity.report.writing import atomic_write
+
 VERDICT_FILES = ("parity.json", "summary.md", "junit.xml", "gate.md")
 MARKER = "IN_PROGRESS"
 PREVIOUS = "previous"
@@ -51,8 +53,6 @@ def retire(report_dir: str | Path) -> list[Path]:
 def begin(report_dir: str | Path, run_id: str, started: str) -> Path:
     """Mark `report_dir` in progress (creating it), then retire the previous verdict files (`retire`).
     OSError when even that fails (the marker, empty, is left where it could be created)."""
-    from parity.report.files import atomic_write
-
     d = Path(report_dir)
     d.mkdir(parents=True, exist_ok=True)
     marker = d / MARKER

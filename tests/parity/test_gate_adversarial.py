@@ -535,7 +535,7 @@ def test_random_draws_compare_within_binomial_spread(runs, tmp_path, capsys):
     """Two honest runs of a random profile draw different cases (here: a class of one case in the baseline
     drew none, its case went to another class): the gate passes them. A drop in judged cases beyond 5
     sigma, or a class whose absence by chance is rarer than 1e-6, still fails."""
-    from parity.report.gate import _class_gone, _fewer
+    from parity.report.gate_lowerings import class_gone as _class_gone, fewer_cases as _fewer
 
     def random_profile(r):
         r["settings"].update(profile="dev", derandomized=False, seed=None)
