@@ -44,12 +44,11 @@ from parity.engine import yardstick
 from parity.engine.invocation import RunOptions
 from parity.engine.outcome import LoweringReport
 from parity.engine.runner import executor_run_case, lowering_available, run_case
-from parity.engine.sweep import check_lowering, hook_failure_report
-from parity.exec import forked_server, hooks
+from parity.engine import sweep
+from parity.exec import forked_server, hooks, warmup
 from parity.exec.isolation import DEFAULT_CASE_TIMEOUT, IsolatedExecutor, start_fork_server
 from parity.exec.plugin_probe import probe_plugins
 from parity.exec.precompile import precompile_for_check
-from parity.exec.warmup import warm_up_lowering
 from parity.front import shards as shards_mod
 from parity.front.config import CheckConfig, xdist_worker_count
 from parity.front.progress import say as _stderr, start_up_line
@@ -231,7 +230,7 @@ class CheckSession(ReportSteps):
             try:  # the lowering's hooks before its cases; one that raises, exits or hangs fails it alone
                 plan, pre = self._prepare(lowering, shard, asked, marks)
             except hooks.HookFailure as hf:
-                return hook_failure_report(LoweringReport(lowering.name, self.device, "pass",
+                return sweep.hook_failure_report(LoweringReport(lowering.name, self.device, "pass",
                                                           lse_checked=returns_lse(lowering)), hf, time.perf_counter())
             except KeyboardInterrupt:  # stopped while planning or compiling: said so in the report, not lost
                 return LoweringReport(lowering.name, self.device, "fail", interrupted=True,
@@ -255,7 +254,7 @@ class CheckSession(ReportSteps):
                                        (lambda line: None) if cfg.quiet else self.say, self.warn)
         marks.append(("warm-up", time.perf_counter()))
         if warm:
-            warm_up_lowering(lowering, self.device, None if cfg.quiet else self.say, plan.limits)
+            warmup.warm_up_lowering(lowering, self.device, None if cfg.quiet else self.say, plan.limits)
         if self.part is not None and not cfg.quiet:
             marks.append(("", time.perf_counter()))
             self.say(start_up_line(self.part_label(), self.created, marks))
@@ -264,13 +263,13 @@ class CheckSession(ReportSteps):
     def _sweep(self, lowering, plan, executor, *, shard, replay, progress, shared_draws, max_examples):
         """The engine's sweep of one lowering (`parity.engine.sweep.check_lowering`) with the session's options."""
         cfg = self.config
-        return check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
-                              settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
-                              yardstick=_yardstick(), replay=replay, progress=progress,
-                              target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
-                              shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
-                              draw_ahead=cfg.draw_ahead_mode(self.workers),
-                              shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
+        return sweep.check_lowering(lowering, self.policy, strategy=plan.strategy, boundaries=plan.boundaries,
+                                    settings=cfg.hypothesis_settings(max_examples), opts=self.run_options(),
+                                    yardstick=_yardstick(), replay=replay, progress=progress,
+                                    target=PROFILES[cfg.profile].target, seed=cfg.seed, executor=executor,
+                                    shard=shard, flaky_runs=cfg.runs_of_a_failure(), sanitizer=self.sanitizer(),
+                                    draw_ahead=cfg.draw_ahead_mode(self.workers),
+                                    shared_draws=shared_draws if cfg.draw_ahead != "off" else None)
 
     # ---- the CLI's whole run ------------------------------------------------------------------------
     def run(self, progress_for: Callable[[str, Shard | None], Callable] | None = None) -> dict[str, Any]:
