@@ -272,10 +272,6 @@ def _sets_share_state(env: BenchEnv, lowering: Lowering, sets: Sequence[Inputs],
     return not judge(env, lowering, sets[0], fns[0](), ref).passed
 
 
-def _join(*notes: str) -> str:
-    return "; ".join(n for n in notes if n)
-
-
 def time_functions(env: BenchEnv, fns: Sequence[Callable[[], Any]] | None, eager: Sequence[Callable[[], Any]] | None,
                    flush: bool, note: str = "") -> tuple[tm.Timing, Any]:
     """Time device-only functions `fns` (CUDA graphs; eagerly if capture fails), else the `eager` ones
@@ -288,13 +284,13 @@ def time_functions(env: BenchEnv, fns: Sequence[Callable[[], Any]] | None, eager
                 return tm.time_cuda_graphs(fns, flush_bytes=flush_bytes, note=note, **kw)
             except tm.CaptureFailed as err:
                 t = tm.time_cuda_eager(fns, flush_bytes=flush_bytes, mode="eager, no graph",
-                                       note=_join(note, f"graph capture failed: {err}"), **kw)
+                                       note=tm.join_notes(note, f"graph capture failed: {err}"), **kw)
                 return t, fns[0]()
         return tm.time_cuda_eager(eager, flush_bytes=flush_bytes, note=note, **kw), None
     if fns:
         t = tm.time_cpu(fns, **kw, note=note)
         return t, fns[0]()
-    return tm.time_cpu(eager, **kw, note=_join(note, "run() eagerly")), None
+    return tm.time_cpu(eager, **kw, note=tm.join_notes(note, "run() eagerly")), None
 
 
 def measure_lowering(env: BenchEnv, run: ShapeRun, lowering: Lowering, label: str | None = None) -> Measurement:

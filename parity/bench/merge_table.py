@@ -84,8 +84,9 @@ def _flashinfer_available(device: str) -> tuple[bool, str]:
 
 
 def _triton_available(device: str) -> tuple[bool, str]:
-    from lowerings import triton_available
-    return triton_available(device)
+    """Whether the Triton merge runs here: the `windowed_merge[triton]` lowering's own `available`."""
+    import lowerings
+    return lowerings.get("windowed_merge[triton]").available(device)
 
 
 def _merge_state_only(t: MergeTensors, scale: float, right: int) -> Callable[[], Any]:

@@ -65,6 +65,11 @@ class CaptureFailed(RuntimeError):
     """A function could not be captured in a CUDA graph (it synchronizes, allocates on the host, ...)."""
 
 
+def join_notes(*notes: str) -> str:
+    """The non-empty notes, joined by "; "."""
+    return "; ".join(n for n in notes if n)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The `q`-quantile (0..1) of `values`, linear between the two nearest ranks."""
     if not values:

@@ -12,9 +12,9 @@ Where each hook runs, and what bounds it (`check`, isolated: the default):
   warm-up), which `check` asks in its own process (hypothesis asks `supports` while it draws: the repair
   of a refused draw, `strategies._cases._repair`, tries many candidates): a built-in's here, under a
   watchdog (`call_here`): a `SIGALRM` timer (`signal.setitimer`) armed for the call (18 us per guarded
-  call on the 2-core CI machine, against milliseconds per case), whose handler raises in the hook, so an
+  call, against milliseconds per case), whose handler raises in the hook, so an
   endless Python loop or a sleep is stopped after `timeout()` seconds. A plugin's in its isolated worker
-  instead (`answered_by`, `IsolatedExecutor.hook`: a round trip, 0.1 ms on the same machine): this process
+  instead (`answered_by`, `IsolatedExecutor.hook`: a round trip, about 0.1 ms): this process
   waits `timeout()` seconds for the answer and then kills the worker, so that a hook spinning in C code
   (which holds the interpreter: no signal handler of its process runs) is stopped too, and SIGTERM still
   stops the run meanwhile. In the forked draw-ahead drawer, a plugin's hook runs there with its own bound
@@ -192,8 +192,8 @@ def watchdog(lowering: Any, hook: str, args: tuple, seconds: float | None = None
 
 
 def install() -> None:
-    """Every hook called in this process from now on goes through `watchdog` (the front ends' start-up, and each
-    process they start that calls hooks)."""
+    """Every hook called in this process from now on goes through `watchdog` (`parity.exec.ports_impl.install`: the
+    front ends' start-up, `parity.front.startup`, and each process they start that calls hooks)."""
     calls.set_runner(watchdog)
 
 
@@ -229,5 +229,3 @@ def load_plugin(path: str, seconds: float | None = None) -> list[str]:
     except SystemExit as err:
         raise InvalidInput(f"--plugin {path}", f"exited at import (SystemExit {err.code!r})") from None
 
-
-install()  # importing the process machinery's hooks makes them the runner (before issue 48 the only one there was)

@@ -10,9 +10,9 @@ failure of the lowering ("crashed: worker killed by SIGSEGV (signal 11) while ru
 outcome is raised inside hypothesis's test function like any other, so a crashing case is shrunk too
 (each replay in a fresh worker where the last one died).
 
-Before each case is sent, it is written atomically to `<inflight_dir>/<lowering>.json`, so that it is on
-disk even if everything dies (the machine, the parent, the OOM killer); the file is removed when the
-worker answers and kept when the worker died on it (`dflash-parity check` replays it first next time).
+Before each case is sent, it is written to `<inflight_dir>/<lowering>.json` (`parity.exec.inflight`); the file is
+removed when the worker answers and kept when the worker died on it (`dflash-parity check` replays it first next
+time).
 
 The worker also answers a lowering's hooks (`IsolatedExecutor.hook`: `available(device)` for every lowering,
 and, for a plugin's lowering, every hook `check` would otherwise call in its own process, `parity.exec.hooks.answered_by`):
@@ -26,103 +26,34 @@ Each worker leads a process group of its own (`parity.exec.leftovers.own_group`)
 `run()` that forks, a `sleep`) is killed with the worker when it is stopped or replaced, and does not outlive the
 check holding its output open.
 
-Workers are forked from a `multiprocessing` fork server that has imported torch and the framework once
-(`forkserver` start method; `spawn` where there is none): replacing a dead worker costs a fork, not a
-torch import. The fork server never touches CUDA; each worker initializes its own device. A lowering's check
-launches it first thing (`start_fork_server`): a fork of that process where safe (`parity.exec.forked_server`).
+The worker's side is `parity.exec.worker`; how it is started (a fork server that imported the framework once),
+`parity.exec.worker_process`.
+
+Public: `IsolatedExecutor`, `DEFAULT_CASE_TIMEOUT`; `WorkerError`, `STARTUP_TIMEOUT`, `describe_exit` and
+`start_fork_server` are `parity.exec.worker_process`'s (re-exported).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import multiprocessing as mp
-import os
-import pickle
-import signal
 import sys
 import time
-import traceback
-import types
 from pathlib import Path
 from typing import Any, Sequence
 
 from oracle.case import Case
 from parity.exec import hooks
-from parity.engine.answers import availability
 from parity.exec.hooks import HookFailure
+from parity.exec.inflight import remove_inflight, write_inflight
+from parity.exec.leftovers import stop_group
+from parity.exec.worker import worker_main
+from parity.exec.worker_process import (  # noqa: F401  (public here too)
+    STARTUP_TIMEOUT, WorkerError, describe_exit, start_fork_server, start_process, worker_context)
+from parity.engine.answers import availability
 from parity.engine.invocation import RunOptions
-from parity.exec.leftovers import own_group, stop_group
 from parity.engine.outcome import CaseOutcome
-from parity.engine.yardstick import DEFAULT as DEFAULT_YARDSTICK, get as get_yardstick
+from parity.engine.yardstick import DEFAULT as DEFAULT_YARDSTICK
 
 DEFAULT_CASE_TIMEOUT = 120.0
-STARTUP_TIMEOUT = 300.0  # importing torch (and, on a GPU, initializing CUDA) on a loaded machine
-_PRELOAD = ["torch", "parity.engine.runner", "parity.engine.case_run", "parity.exec.isolation", "lowerings.builtins"]
-
-
-class WorkerError(RuntimeError):
-    """The worker could not start, or the framework itself (not the lowering) raised in it."""
-
-
-def worker_context() -> mp.context.BaseContext:
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(_PRELOAD)
-        return ctx
-    return mp.get_context("spawn")
-
-
-def describe_exit(code: int | None) -> str:
-    """`killed by SIGSEGV (signal 11)`, `exited with code 3`, ... for a worker's exit code."""
-    if code is None:
-        return "closed its connection without answering"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (the OOM killer or a SIGKILL from outside?)" if -code == signal.SIGKILL else ""
-        return f"killed by {name} (signal {-code}){hint}"
-    return f"exited with code {code} without answering"
-
-
-def context_lost(device: str) -> str | None:
-    """In a worker, after a case: None while the device is usable; else the error that says it is not. A
-    CUDA fault (an illegal address, a device-side assert) is sticky: every later call of the process fails,
-    the framework's own included, so the worker must be replaced before the next case. Synchronizing here
-    also makes an asynchronous fault show up in the case that launched it, not in the next one (the H200's
-    `scale` run: a 32-bit offset past 2**31 elements, then `WorkerError` on the next, smallest case)."""
-    if device != "cuda":
-        return None
-    import torch
-
-    try:
-        torch.cuda.synchronize()
-    except Exception as err:  # noqa: BLE001  (any error here means the context is unusable)
-        return f"{type(err).__name__}: {err}".splitlines()[0]
-    return None
-
-
-def _inflight_name(lowering: str) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in lowering)
-    return f"{safe}.json"
-
-
-def inflight_path(inflight_dir: str | Path, lowering: str) -> Path:
-    return Path(inflight_dir) / _inflight_name(lowering)
-
-
-def read_inflight(inflight_dir: str | Path, lowering: str) -> Case | None:
-    """The case a previous run left in flight for `lowering` (it died on it), or None."""
-    path = inflight_path(inflight_dir, lowering)
-    try:
-        data = json.loads(path.read_text())
-        if data.get("lowering") != lowering:
-            return None
-        return Case.from_json_dict(data["case"], source=str(path))
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 class IsolatedExecutor:
@@ -174,7 +105,7 @@ class IsolatedExecutor:
                 "sys_path": [p for p in sys.path if p], "hook_timeout": self.hook_timeout}
 
     def _start(self) -> None:
-        proc, parent_conn = start_process(self._ctx, _worker_main, self._init_message(), "dflash-parity-worker")
+        proc, parent_conn = start_process(self._ctx, worker_main, self._init_message(), "dflash-parity-worker")
         self._proc, self._conn = proc, parent_conn
         self.workers_started += 1
         if not parent_conn.poll(self.startup_timeout):
@@ -255,24 +186,9 @@ class IsolatedExecutor:
 
     # ---- the in-flight file ---------------------------------------------------------------------------
     def _write_inflight(self, lowering: str, case: Case) -> Path | None:
-        if self.inflight_dir is None:
-            return None
-        from parity.report.files import atomic_write
+        return None if self.inflight_dir is None else write_inflight(self.inflight_dir, lowering, case)
 
-        path = inflight_path(self.inflight_dir, lowering)
-        atomic_write(path, json.dumps({"lowering": lowering, "case": case.to_json_dict(),
-                                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                       "note": "the case this lowering's worker was running; kept when it died"},
-                                      indent=2) + "\n")
-        return path
-
-    @staticmethod
-    def _remove(path: Path | None) -> None:
-        if path is not None:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+    _remove = staticmethod(remove_inflight)
 
     def _ensure_started(self, lowering_name: str) -> None:
         """A live worker; one that cannot start fails the lowering at hand (HookFailure), not the run."""
@@ -387,145 +303,3 @@ class IsolatedExecutor:
     @staticmethod
     def _crash(lowering: str, case: Case, message: str, seconds: float) -> CaseOutcome:
         return CaseOutcome(lowering, case, "fail", failures=[message], seconds=seconds)
-
-
-def start_fork_server() -> str | None:
-    """Launch the workers' fork server now rather than for the first worker (`available()`, after the planning and
-    the JIT warm-up): its imports (`_PRELOAD`) then overlap what the caller does meanwhile, or are not paid again
-    (a fork of this process: `parity.exec.forked_server`). How it started ("forked", "fresh: <why>", "running"); None
-    where this platform's start method has none (`spawn`)."""
-    return _ensure_server(worker_context())
-
-
-def _ensure_server(ctx) -> str | None:
-    from parity.exec import forked_server
-
-    with _bare_main():  # as workers start
-        return forked_server.start(ctx) if ctx.get_start_method() == "forkserver" else None
-
-
-@contextlib.contextmanager
-def _bare_main():
-    """A bare `__main__` while a process (or the fork server) starts: multiprocessing re-runs the parent's main
-    script in a spawned/forkserver child unless told otherwise; the worker needs nothing from it (and a script
-    without a `__main__` guard would run again)."""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
-
-
-def start_process(ctx, target, init: dict[str, Any], name: str):
-    """Start `target(conn, init)` in a process of `ctx`; returns (process, this side's connection)."""
-    _ensure_server(ctx)
-    parent_conn, child_conn = ctx.Pipe(duplex=True)
-    proc = ctx.Process(target=target, args=(child_conn, init), name=name, daemon=True)
-    with _bare_main():
-        proc.start()
-    child_conn.close()
-    return proc, parent_conn
-
-
-# ---- the worker -------------------------------------------------------------------------------------------
-
-def die_with_parent() -> None:
-    """Linux: get SIGKILL when the process that forked this one (the fork server) goes away."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:  # best effort
-        pass
-
-
-def _worker_main(conn, init: dict[str, Any]) -> None:
-    """The worker loop: start-up from `init`, then one `{"lowering", "case"}` request at a time."""
-    die_with_parent()
-    own_group()  # what a lowering starts here is stopped with the worker (`parity.exec.leftovers`)
-    for p in reversed(init.get("sys_path", [])):
-        if p not in sys.path:
-            sys.path.insert(0, p)
-    try:
-        import torch
-
-        torch.set_num_threads(int(init["num_threads"]))
-        import lowerings
-        from parity.engine import policy as policy_mod
-
-        lowerings.names()
-        hooks.set_timeout(init["hook_timeout"])  # this process's bound for every hook it calls
-        for path in init["plugins"]:
-            hooks.load_plugin(path)
-        pol = policy_mod.load(init["tolerances"], allow_loose_bounds=True)  # the parent checked its ceilings
-        opts = RunOptions.from_dict(init["opts"])
-        if opts.device == "cuda" and init.get("cuda_device") is not None:
-            torch.cuda.set_device(int(init["cuda_device"]))
-        yard = get_yardstick(init["yardstick"]) if init.get("yardstick") else None
-    except BaseException as err:  # noqa: BLE001  (reported to the parent, which raises it)
-        conn.send({"error": f"worker start-up failed: {type(err).__name__}: {err}"})
-        return
-    conn.send({"ready": True, "pid": os.getpid()})
-    from parity.exec.host_profile import profiled
-
-    with profiled("worker"):
-        _serve(conn, opts, pol, yard)
-
-
-def _hook_answer(lowering: Any, hook: str, args: tuple) -> dict[str, Any]:
-    """`{"value": ...}`, or `{"hook_failure": ...}` when the hook raised or exited or its answer cannot be sent."""
-    value = hooks.call_here(lowering, hook, args, 0.0)
-    try:
-        pickle.dumps(value)
-    except Exception as err:  # noqa: BLE001  (whatever a plugin's object raises when pickled)
-        raise HookFailure(lowering.name, hook, f"{hook}() returned a {type(value).__name__} that cannot be sent "
-                                               f"from the isolated worker ({type(err).__name__}: {err})") from None
-    return {"value": value}
-
-
-def _serve(conn, opts: RunOptions, pol: Any, yard: Any) -> None:
-    """The worker's requests, one at a time, until the parent sends None or goes away."""
-    import lowerings
-    from parity.engine.case_run import run_case
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            return
-        if msg is None:
-            return
-        try:
-            lw = lowerings.get(msg["lowering"])
-            if "hook" in msg:  # asked by the parent, which bounds it (`IsolatedExecutor.hook`): unbounded here
-                answer = _hook_answer(lw, msg["hook"], tuple(msg["args"]))
-            else:
-                case = Case.from_json_dict(msg["case"], source="parent")
-                if msg.get("leave_state"):  # parity.engine.flakiness: a history case's call, for the state it leaves
-                    from parity.engine.flakiness import leave_state
-
-                    leave_state(lw, case, opts)
-                    answer = {"done": True}
-                elif "probe" in msg:  # parity.engine.flakiness: identical runs compared bit for bit, here where the tensors are
-                    from parity.engine.flakiness import probe
-
-                    hist = [Case.from_json_dict(h, source="parent") for h in msg["probe"].get("history", [])]
-                    answer = {"probe": probe(lw, case, opts, int(msg["probe"]["runs"]), hist).to_json()}
-                else:
-                    out = run_case(lw, case, pol, opts, yard)
-                    answer = {"outcome": out.to_json()}
-        except HookFailure as hf:  # the lowering's hook raised, exited or hung: its failure, said by the parent
-            answer = {"hook_failure": hf.to_json()}
-        except Exception as err:  # the framework raised (run_case turns the lowering's own errors into failures)
-            answer = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-        lost = None if "hook" in msg else context_lost(opts.device)
-        if lost:
-            answer["context_lost"] = lost
-        answer["cpu_s"] = time.process_time()
-        conn.send(answer)
-        if lost:  # a faulted CUDA context fails every later call: this worker is done
-            return

@@ -14,7 +14,7 @@ step reading that pipe never ended. Here:
   server, its resource tracker) are killed, with their process group where they lead one: what a plugin
   started at import, or a lowering under `--no-isolate`. A grandchild whose parent already exited has left
   this process's reach and is not followed.
-- `finish(code)`: the end of a `check` process (`parity.front.cli.console`, `python -m parity.front.session`): the stray
+- `finish(code)`: the end of a `check` process (`parity.front.cli.console`, `python -m parity.front.child`): the stray
   children stopped, then the interpreter's own exit, watched: if it is still waiting for non-daemon threads
   after `EXIT_GRACE` seconds, they are named on stderr and the process exits at once with `code` (unchanged;
   without the interpreter's remaining clean-up, the report being written already).

@@ -1,9 +1,8 @@
 """CUDA MPS for `check --jobs N --mps`: the side-by-side processes share one GPU context instead of taking turns.
 
 Without MPS, the kernels of different processes on one GPU do not run at once: the GPU time-slices between
-their contexts. Measured on the H200 (docs/gpu/2026-12-03-h200-session15.md run 50): the same 16-process sweep
-of four flashinfer lowerings (seed 3, stopped at 150 s) judged 6,450 cases as usual and 10,120 under MPS, 1.57x;
-no case failed in either.
+their contexts. Under MPS the same 16-process sweep judged 1.57 times the cases in the same time, none failing in
+either (docs/gpu/2026-12-03-h200-session15.md).
 
 `mps_session(device, processes, say)` is a context manager around the children's lifetime:
 - an MPS control daemon already reachable (its `control` pipe in `$CUDA_MPS_PIPE_DIRECTORY`, default
@@ -62,7 +61,7 @@ ok("cuMemFree", cuda.cuMemFree_v2(ctypes.c_uint64(ptr.value)))
 """
 PROBE = [sys.executable, "-c", _PROBE_SOURCE]
 PROBE_SECONDS = 120.0
-MEASURED = "1.57x the cases in the same time on an H200 (docs/gpu/2026-12-03-h200-session15.md run 50)"
+MEASURED = "1.57x the cases in the same time on one GPU (docs/gpu/2026-12-03-h200-session15.md)"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 from oracle.errors import InvalidInput
 from parity.exec import hooks
-from parity.exec.isolation import STARTUP_TIMEOUT, WorkerError, describe_exit, die_with_parent, start_process, worker_context
+from parity.exec.worker_process import (
+    STARTUP_TIMEOUT, WorkerError, describe_exit, die_with_parent, start_process, worker_context)
 from parity.exec.leftovers import own_group, stop_group
 
 

@@ -2,9 +2,9 @@
 
 Every case runs the case builder's kernel (`oracle._values_kernel`) and the oracle's (`oracle._fast_kernel`). On a
 cold Triton cache each process of a run compiled their variants as its cases first needed them, one at a time,
-and a process that needed a variant another one was compiling waited for it (`parity.exec.shared_compile_cache`): on
-the H200's cold run 8 (docs/gpu/2026-12-03-h200-session22.md run 77) the oracle and build phases, these compiles
-and the waits for them, were 27-81% of the time lines of the lowerings that built no flashinfer module.
+and a process that needed a variant another one was compiling waited for it (`parity.exec.shared_compile_cache`):
+on a cold GPU runner these compiles and the waits for them were most of the time lines of the lowerings that built
+no flashinfer module.
 
 `precompile(limits, device)` goes over every variant a lowering's cases can launch under its limits, in the
 limits' dtypes, KV dtypes and head dims (those of the production rows it draws too): a tiny case each
@@ -19,14 +19,8 @@ marked: it no longer loads them (its cases load the few they launch; in an isola
 process, runs the cases). It still goes over what is left until every variant is marked, so that no case waits
 for a compile. Leaving the held ones to their holders instead was tried in the CPU simulation and rejected: an
 oracle variant is held whenever the builder variant its case needs is, so half the processes left at once and
-the other half compiled everything (`scripts/bench_precompile_schedule.py`, `markers+leave`). H200: run 79 (cold,
-before `run_pending`): 15.4-16.2 s per child, a convoy; run 84 (`run_pending`, every process loading every
-variant): 9.0-10.0 s, each child compiling 0-4 and waiting at most 1.7 s in all, the rest its loads and start-up
-(docs/gpu/2026-12-04-h200-session24.md); run 90 (the markers; 36 variants, the int64 page tables' then among them):
-8.5-9.5 s, 1-3 kernels compiled in each child, the last compile 7.4 s after the first
-(docs/gpu/2026-12-04-h200-session26.md); runs 92-96 (32 variants, the workers' fork servers forked rather than
-fresh interpreters): 5.5-8.8 s by the host, whose one-process compile of the 31 kernels took 29.9-50.8 s
-(docs/gpu/2026-12-04-h200-session27.md).
+the other half compiled everything (`markers+leave` in the lab's schedule simulation). What each schedule did on a
+GPU runner: docs/performance.md ("precompile").
 
 Once every variant is in the cache a marker says so, next to Triton's entries (`<cache>/dflash-parity/`,
 named by a digest of triton, torch, the GPU, the kernels' and launchers' sources and the variants): a later
@@ -201,9 +195,8 @@ def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], Non
     another process, stop (they are left to their holders) instead of pausing for them (`precompile` does not:
     see the module docstring).
 
-    Waiting on the held one instead (the first way, H200 run 79) made the processes trail one another: the one
-    ahead took each next variant first; one process compiled 13 entries, six none, and every precompile took
-    15.4-16.2 s for 34 compiles of about 1.2 s. Where every unit left is held, a pause (`POLL_S`, doubling); after
+    Waiting on the held one instead (the first way) made the processes trail one another: the one ahead took each
+    next variant first, one process compiling most entries and others none. Where every unit left is held, a pause (`POLL_S`, doubling); after
     `WAIT_S` with no progress, they are run waiting for their holders (the shared cache's own give-up then applies).
     Public for `scripts/bench_precompile_schedule.py` and for a precompile of one's own kernels."""
     from parity.exec import shared_compile_cache as scc
@@ -257,10 +250,8 @@ def _run_unit(kind: str, case: Any, device: str) -> None:
     """A build unit: build `case` on `device` (the builder's kernel). An oracle unit: attend `case` (the oracle's
     kernel) on inputs of the host build (CPU values copied over: the same dtypes, shapes and layout, so the same
     variant), so that it never waits for a builder variant another process is compiling. With the device build
-    here, every oracle unit was `Busy` until the builder's variants were compiled: two waves, the builder's
-    1.4-2.9 s and the oracle's 4.3-7.4 s after the first Triton event (H200 run 90's compile log). With the host
-    build (run 91) both start at 1.7 s and the last ends at 7.1 s, but each compile took longer (1.0-2.3 s, 16 at
-    once with the workers' start-ups on 16 cores): the precompile's 8.6-9.4 s are the CPU's, not the schedule's."""
+    here, every oracle unit was `Busy` until the builder's variants were compiled: two waves, one after the other.
+    With the host build both start together."""
     import torch
 
     from oracle import attention, materialize

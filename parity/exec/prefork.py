@@ -1,34 +1,30 @@
 """Start `check --jobs` children by forking one process that has imported everything once (`--jobs-start prefork`).
 
-Each `--jobs` child used to be a fresh interpreter. Before its first case it imported torch, triton, hypothesis,
-flashinfer and this project (3.3-4.5 s of CPU on the H200's host, session 18's run 62), and its profiler's first
-start imported 893 more modules (`torch._dynamo`, ...: 5.8 s, run 65), paid by each of run 11's 15 children
-while every core was busy. Here one process (`python -m parity.exec.prefork`, the "prefork") imports them once,
-checks that the imports left CUDA untouched, and forks each child on request; a child then runs
-`parity.front.session.part_main` as `python -m parity.front.session --part SPEC` would, with its own environment
-(`CUDA_VISIBLE_DEVICES`, the MPS pipe), its own session and process group, its stdout in its log, and
-initializes CUDA itself.
+A fresh interpreter per `--jobs` child imports torch, triton, hypothesis and this project before its first case, and
+its profiler's first start imports hundreds more modules (`torch._dynamo`, ...), each child paying that while every
+core is busy. Here one process (`python -m parity.exec.prefork`, the "prefork": `parity.exec.prefork_server`)
+imports them once, checks that the imports left CUDA untouched, and forks each child on request; a child then runs
+`MODULE.main(ARGS)` as `python -m MODULE ARGS...` would (the front end's `--jobs` child), with its own environment
+(`CUDA_VISIBLE_DEVICES`, the MPS pipe), its own session and process group, its stdout in its log, and initializes
+CUDA itself. The modules to import are the caller's (`Prefork(preload=...)`, default
+`parity.exec.prefork_server.PRELOAD`): a front end adds its own.
 
 Forking is only safe while CUDA is untouched: the CUDA driver cannot be used in a child forked after `cuInit`.
 The prefork asks the driver (`cuDeviceGetCount` answers CUDA_ERROR_NOT_INITIALIZED until something calls
 `cuInit`) after each module it imports; a module that initialized CUDA ends the prefork with a reply that
-names it, and the run starts its children as fresh interpreters instead, saying why. A module of `OPTIONAL` that
-is not installed is skipped (none now: flashinfer, the one it held, initializes CUDA at import on the H200).
+names it (`PreforkError.module`), and the run starts one more prefork without it (each child imports it itself),
+and only if that one is refused too starts its children as fresh interpreters, saying why.
 
 Protocol (one JSON object per line): the prefork writes `{"ready": ..., "seconds", "cpu", "modules",
-"skipped"}` (or `{"refused": why}`) on its stdout; the parent writes `{"id", "argv", "env", "log", "cwd"}`
+"skipped"}` (or `{"refused": why}`) on its stdout; the parent writes `{"id", "module", "args", "env", "log", "cwd"}`
 requests on its stdin and reads `{"started": id, "pid"}`, then `{"exited": pid, "code", "cpu"}` when the
 child is reaped (its CPU seconds, user + system, its reaped descendants included). The prefork leaves when
 its stdin closes or its parent dies (`parity.exec.pool.child_kwargs`); its children die with it
 (`PR_SET_PDEATHSIG`), so none outlives the run.
 
-A module that initialized CUDA is named in the refusal (`PreforkError.module`); `parity.exec.jobs` then starts one
-more prefork without it (each child imports it itself), and only if that one is refused too starts fresh
-interpreters.
-
 Public: `Prefork` (the parent's handle: `launch`, `start`, `spawn`, `close`, `kill`), `PreforkError`, `PRELOAD`,
-`OPTIONAL`, `start_early`, `adopt_early`, `discard_early`,
-`cuda_initialized`, `preload`, `serve`.
+`OPTIONAL`, `start_early`, `adopt_early`, `discard_early`; `cuda_initialized`, `preload`, `serve` are
+`parity.exec.prefork_server`'s.
 """
 
 from __future__ import annotations
@@ -42,18 +38,12 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
-# what every child imports before its first case; OPTIONAL ones are skipped where not installed
-# (`torch._dynamo` and `triton_kernel_wrap`: the 893 modules the profiler's first start imports, 4-6 s of CPU on
-# the H200's host, where torch's bytecode is not cached: run 65. `torch._inductor.compile_fx` initializes CUDA
-# at import there, run 65: not preloaded.)
-PRELOAD = ("numpy", "torch", "torch.profiler", "torch._dynamo", "torch._higher_order_ops.triton_kernel_wrap", "triton",
-           "hypothesis", "oracle", "strategies", "lowerings", "lowerings.builtins", "parity.front.session", "parity.engine.sweep",
-           "parity.engine.runner", "parity.engine.case_run", "parity.exec.isolation", "parity.front.cli")
-OPTIONAL: tuple[str, ...] = ()  # flashinfer initializes CUDA at import on the H200 (run 66): each child imports it
+from parity.exec import pool
+from parity.exec.prefork_server import OPTIONAL, PRELOAD, cuda_initialized, preload, serve  # noqa: F401
+
 READY_TIMEOUT = 300.0  # the imports, on a loaded machine
-_CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 class PreforkError(RuntimeError):
@@ -63,156 +53,6 @@ class PreforkError(RuntimeError):
     def __init__(self, why: str, module: str | None = None):
         super().__init__(why)
         self.module = module
-
-
-def cuda_initialized() -> bool | None:
-    """Whether this process has initialized the CUDA driver (`cuInit`), asked without initializing it: True,
-    False, or None where there is no driver (`libcuda` cannot be loaded: nothing to protect)."""
-    import ctypes
-
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    count = ctypes.c_int(0)
-    return int(libcuda.cuDeviceGetCount(ctypes.byref(count))) != _CUDA_ERROR_NOT_INITIALIZED
-
-
-# ---- the prefork process ------------------------------------------------------------------------------
-_REPLIES = 1  # the fd of the prefork's replies (`serve` moves them off fd 1, which then goes to stderr)
-
-
-def _send(obj: dict[str, Any]) -> None:
-    data = (json.dumps(obj) + "\n").encode()
-    while data:
-        data = data[os.write(_REPLIES, data):]
-
-
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def preload(modules: Sequence[str], optional: Sequence[str],
-            initialized: Callable[[], bool | None] = cuda_initialized) -> tuple[list[str], list[str], str | None]:
-    """Import `modules` then `optional` (skipped when not installed); (imported, skipped, refusal): the refusal
-    names the first import after which CUDA was initialized (that module is the last of `imported`)."""
-    import importlib
-
-    done, skipped = [], []
-    for name in [*modules, *optional]:
-        try:
-            importlib.import_module(name)
-        except ImportError as err:
-            if name not in optional:
-                return done, skipped, f"importing {name} failed: {type(err).__name__}: {err}"
-            skipped.append(name)
-            continue
-        done.append(name)
-        if initialized():
-            return done, skipped, (f"importing {name} initialized CUDA, and a process forked after that cannot use "
-                                   f"the GPU")
-    return done, skipped, None
-
-
-def _child(req: dict[str, Any], server: int) -> None:
-    """In the forked child: become what `python -m parity.front.session --part SPEC` would be, run it, exit."""
-    code = 1
-    try:
-        os.close(_REPLIES)
-        os.setsid()  # its own session and process group, as `parity.exec.pool.child_kwargs` gives a spawned child
-        from parity.exec.pool import die_with_parent
-
-        die_with_parent(server)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        log = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-        os.dup2(log, 1)
-        os.close(log)
-        os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update(req["env"])
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        from parity.front import session
-        from parity.front.session import part_main
-
-        sys.argv = [session.__file__, *req["argv"][1:]]
-        code = part_main(req["argv"][1:])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001  (anything: the log says what, the exit code says failed)
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        from parity.exec.leftovers import stop_stray_children
-
-        stop_stray_children()  # what plugin code started here (`--no-isolate`, an import) ends with the child
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send({"exited": pid, "code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime})
-
-
-def serve() -> int:
-    """`python -m parity.exec.prefork`: import, say ready (or refused), then fork a child per request line."""
-    import gc
-
-    global _REPLIES
-    _REPLIES = os.dup(1)
-    os.dup2(2, 1)  # what an import prints goes to stderr, never into the replies
-    t0, c0 = time.perf_counter(), _cpu()
-    from lowerings import interpret_where_no_gpu
-
-    interpret_where_no_gpu()  # before torch._dynamo imports triton.language (no CUDA touched)
-    exclude = set(sys.argv[sys.argv.index("--exclude") + 1].split(",")) if "--exclude" in sys.argv else set()
-    done, skipped, refusal = preload([m for m in PRELOAD if m not in exclude], [m for m in OPTIONAL if m not in exclude])
-    sys.stdout.flush()
-    if refusal:
-        _send({"refused": refusal, "module": done[-1] if "initialized CUDA" in refusal else None})
-        return 0
-    gc.collect()
-    gc.freeze()  # the imports' objects stay out of the children's collections: fewer copied pages
-    _send({"ready": True, "seconds": round(time.perf_counter() - t0, 3), "cpu": round(_cpu() - c0, 3),
-           "modules": done, "skipped": skipped})
-    server, buf = os.getpid(), b""
-    while True:
-        readable, _, _ = select.select([0], [], [], 0.05)
-        if readable:
-            chunk = os.read(0, 1 << 16)
-            if not chunk:
-                break  # the parent closed its end (or ended)
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                req = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    _child(req, server)
-                _send({"started": req["id"], "pid": pid})
-        _reap()
-    while True:  # the parent is done: wait for any child still running (it was stopped), then leave
-        try:
-            os.wait4(-1, 0)
-        except ChildProcessError:
-            return 0
 
 
 # ---- the parent's handle --------------------------------------------------------------------------------
@@ -248,14 +88,15 @@ class _Child:
 class Prefork:
     """The parent's handle on one prefork process (see the module docstring).
 
-    `start(env)` starts it with the environment every child shares (`parity.exec.jobs.child_env`: the thread caps
-    are read by the libraries it imports) and waits until it has imported (`ready_seconds`, `ready_cpu`) or
-    raises `PreforkError` saying why it cannot serve. `spawn(argv, env, log)` forks a child running `argv`
-    (`[python, "-m", "parity.front.session", "--part", SPEC]`; only what follows `-m parity.front.session` is used) with
-    `env`, its stdout appended to `log` (which must exist). `close()` ends the prefork. `exclude`: modules of
-    `PRELOAD` and `OPTIONAL` not to import (one that initialized CUDA in an earlier try)."""
+    `start(env)` starts it with the environment every child shares (`parity.exec.pool.child_env`: the thread caps
+    are read by the libraries it imports) and waits until it has imported `preload` (`ready_seconds`, `ready_cpu`)
+    or raises `PreforkError` saying why it cannot serve. `spawn(argv, env, log)` forks a child running `argv`
+    (`[python, "-m", MODULE, *ARGS]`: `MODULE.main(ARGS)`) with `env`, its stdout appended to `log` (which must
+    exist). `close()` ends the prefork. `exclude`: modules of `preload` and `OPTIONAL` not to import (one that
+    initialized CUDA in an earlier try)."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+        self.preload = tuple(preload)
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
         self.ready_seconds = self.ready_cpu = self.launched = self.waited = 0.0
@@ -268,16 +109,15 @@ class Prefork:
 
     def launch(self, env: dict[str, str], exclude: Sequence[str] = ()) -> "Prefork":
         """Start the process without waiting for its imports (`start` waits; `start_early` launches)."""
-        from parity.exec import pool
-
-        argv = [sys.executable, "-m", "parity.exec.prefork", *(["--exclude", ",".join(exclude)] if exclude else [])]
+        argv = [sys.executable, "-m", "parity.exec.prefork", "--preload", ",".join(self.preload),
+                *(["--exclude", ",".join(exclude)] if exclude else [])]
         self.env, self.launched = dict(env), time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, **pool.child_kwargs())
         return self
 
     def start(self, env: dict[str, str], timeout: float = READY_TIMEOUT, exclude: Sequence[str] = ()) -> "Prefork":
-        early = None if exclude else adopt_early(env)
+        early = None if exclude else adopt_early(env, self.preload)
         if early is not None:
             self.proc, self.env, self.launched, self.early = early.proc, early.env, early.launched, True
         else:
@@ -334,8 +174,10 @@ class Prefork:
             self._next += 1
             ident = self._next
         args = list(argv)
-        i = args.index("parity.front.session") if "parity.front.session" in args else 0
-        req = {"id": ident, "argv": [args[0], *args[i + 1:]], "env": dict(env), "log": os.fspath(log),
+        if "-m" not in args[:-1]:
+            raise PreforkError(f"a prefork child runs a module (python -m MODULE ...), not {args[:3]}")
+        i = args.index("-m")
+        req = {"id": ident, "module": args[i + 1], "args": args[i + 2:], "env": dict(env), "log": os.fspath(log),
                "cwd": os.getcwd()}
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
@@ -370,8 +212,6 @@ class Prefork:
         """Stop it at once, its imports unfinished or not (one launched early that no run adopted)."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            from parity.exec import pool
-
             pool.stop_group(proc)
             proc.wait()
             for f in (proc.stdin, proc.stdout):
@@ -393,16 +233,15 @@ class Prefork:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            from parity.exec import pool
-
             pool.stop_group(proc)
             proc.wait()
 
 
 # ---- launched early -------------------------------------------------------------------------------------
-# `dflash-parity check --jobs N` launches the prefork first thing (`start_early`, from `parity.front.cli.main`, before
-# the command line is parsed: parsing imports torch), so its imports overlap the parent's own instead of
-# following them; `Prefork.start` adopts it when the children's environment is the one it was launched with.
+# `dflash-parity check --jobs N` launches the prefork first thing (`start_early`, from the front end's start-up,
+# before the command line is parsed: parsing imports torch), so its imports overlap the parent's own instead of
+# following them; `Prefork.start` adopts it when the children's environment and modules are the ones it was
+# launched with.
 _EARLY: list[Prefork] = []
 # what may differ between the environment launched with and the children's: set per child (the MPS daemon's
 # pipe, started later), or set by importing this project, which the prefork does itself (TRITON_INTERPRET,
@@ -414,23 +253,24 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(_SET_LATER)}
 
 
-def start_early(env: dict[str, str]) -> Prefork | None:
-    """Launch the prefork now, for a later `Prefork.start` with the same environment to adopt (None where it
-    cannot be launched: the run then launches its own, or starts fresh interpreters, and says why)."""
+def start_early(env: dict[str, str], preload: Sequence[str] = PRELOAD) -> Prefork | None:
+    """Launch the prefork now, for a later `Prefork.start` with the same environment and modules to adopt (None
+    where it cannot be launched: the run then launches its own, or starts fresh interpreters, and says why)."""
     discard_early()
     try:
-        _EARLY.append(Prefork().launch(env))
+        _EARLY.append(Prefork(preload).launch(env))
     except OSError:
         return None
     return _EARLY[0]
 
 
-def adopt_early(env: dict[str, str]) -> Prefork | None:
-    """The prefork `start_early` launched, if its environment is `env`'s (else it is discarded)."""
+def adopt_early(env: dict[str, str], preload: Sequence[str] | None = None) -> Prefork | None:
+    """The prefork `start_early` launched, if its environment is `env`'s and (given `preload`) its modules those
+    (else it is discarded)."""
     if not _EARLY:
         return None
     early = _EARLY.pop()
-    if _comparable(early.env) != _comparable(env):
+    if _comparable(early.env) != _comparable(env) or (preload is not None and early.preload != tuple(preload)):
         early.kill()
         return None
     return early
@@ -443,7 +283,7 @@ def discard_early() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from parity.exec.prefork import serve as _serve  # the module proper, not this __main__ copy
+    from parity.exec.prefork_server import serve as _serve  # the module proper
 
     _code = _serve()
     sys.stderr.flush()

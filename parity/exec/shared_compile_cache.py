@@ -12,7 +12,7 @@ from triton.runtime.cache import FileCacheManager
 
 LOCK_NAME = "parity.lock"
 LOG_ENV = "DFLASH_PARITY_COMPILE_LOG"  # a file: each compile and each wait appended as one line (for the records)
-WAIT_S = 600.0  # a waiter compiles itself after this: far past any compile in H200 runs 76-77 (6.1 s at most, 16 busy cores)
+WAIT_S = 600.0  # a waiter compiles itself after this: far past any compile seen (seconds, on a loaded host)
 _POLL_S = (0.005, 0.05)  # first and longest sleep between tries of a held lock
 
 _no_wait = False  # under `not_waiting()`: a kernel another process is compiling raises Busy instead of waiting

@@ -5,9 +5,8 @@
 Triton keeps what it compiled in a file cache (`TRITON_CACHE_DIR`, `~/.triton/cache` by default): a kernel
 variant (its source, types, specializations and constexprs) compiled by one process is loaded by the next.
 But processes that start together on a cold cache all miss the same variants at once, and each compiles
-them: on the H200's fresh machine the 16 processes of `check --jobs 16` each compiled the oracle's and the
-case builder's variants, and those compiles were 28-86% of the lowerings' time lines (runs 63 and 72,
-docs/gpu/2026-12-03-h200-session21.md), on a host whose 16 cores were all taken.
+them: the 16 processes of `check --jobs 16` each compiled the oracle's and the case builder's variants, most of
+the lowerings' time lines on a host whose cores were all taken (docs/gpu/2026-12-03-h200-session21.md).
 
 `SharedCompileCache` is Triton's own file cache with one addition: the first process to miss an entry
 compiles it and the others wait for it, then load it. A miss takes an exclusive `flock` on the entry's
@@ -21,8 +20,7 @@ for a lock it holds itself. Nothing else changes: the same keys, files and folde
 `share_compiles()` (this module; it imports no triton, so `check` can call it first) selects it for this
 process and those it starts (`TRITON_CACHE_MANAGER`, which Triton reads at each compile), unless the user
 chose a cache manager. `check`, `parity.exec.warmup` and the pytest plugin call it. Under Triton's interpreter
-nothing is compiled and it is never used. On the H200 (run 77) every entry of a cold run 8 was compiled
-once: 764 compiles, where Triton's own cache made 619 compiles of 408 entries in run 76.
+nothing is compiled and it is never used. With it every entry of a cold run is compiled once.
 """
 
 from __future__ import annotations

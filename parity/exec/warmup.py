@@ -1,7 +1,7 @@
 """JIT warm-up: load every kernel module a set of lowerings will need, once, before the first case.
 
-flashinfer compiles each kernel module at its first use (CUDA-core decode ~15 s, fa2 ~30 s, fa3 ~95 s on
-an H200), keyed by (kernel, dtype, kv dtype, head dim, sliding window on/off). Without a warm-up that
+flashinfer compiles each kernel module at its first use (tens of seconds to minutes each on a GPU runner), keyed
+by (kernel, dtype, kv dtype, head dim, sliding window on/off). Without a warm-up that
 time lands inside the first case of each module: a case timeout, a skewed benchmark, a hang that is not
 one. `warm_up` runs each lowering once per distinct module on a tiny case, times it, reports progress,
 and reports a module that fails to load instead of skipping it.
@@ -283,8 +283,7 @@ def warm_up(lowerings: Iterable[Any], cases_or_limits: Any = None, device: str =
     """Load each distinct kernel module `lowerings` need on `device`, once, timing each (see the module
     docstring for how the modules are found). `progress(line)` is called before each run with
     `"warm-up 6/9: windowed_merge[flashinfer-compiled] bf16 D=128 no-window ..."` and after it with the
-    same line ending in the time (`"... 10.9 s"`, as on the H200 in docs/gpu/2026-11-29-h200-session2.md
-    run 5) or in `"could not load: <modules>: <error first line>"`. A run
+    same line ending in the time (`"... 10.9 s"`) or in `"could not load: <modules>: <error first line>"`. A run
     that raises is reported and the warm-up goes on; nothing raises out of here but KeyboardInterrupt."""
     lowerings = list(lowerings)
     report = WarmupReport(device=str(device))

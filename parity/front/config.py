@@ -197,9 +197,8 @@ class CheckConfig:
     def draw_ahead_mode(self, workers: int = 1) -> str:
         """`draw_ahead` for this process: `auto` turns `off` where this process has fewer than two cores of its own
         (`threads_per_process`: `--jobs` children side by side, xdist workers), since a drawer then takes a core
-        another process's cases need: on the H200's 16 cores run 11's command (15 children, one core each) took
-        19.9 and 23.3 s without drawers, 21.9-27.3 s with them, their CPU seconds 214-275 against 256-300
-        (docs/gpu/2026-12-03-h200-session21.md, run 73)."""
+        another process's cases need: with one core per child, a `--jobs` run was slower with drawers than
+        without (docs/gpu/2026-12-03-h200-session21.md)."""
         if self.draw_ahead == "auto" and self.threads_per_process(workers) < 2:
             return "off"
         return self.draw_ahead

@@ -2,7 +2,7 @@
 
 A kernel's device-side assert or illegal address leaves the process's CUDA context unusable: every later CUDA
 call in that process raises the same error, wherever it is. In a pytest-xdist worker the tests that run after
-it then fail at unrelated lines (H200 run 27: one mutant's fault failed 31 later tests of its worker,
+it then fail at unrelated lines (one mutant's fault failed 31 later tests of its worker,
 docs/gpu/2026-12-02-h200-session8.md), and the one real failure hides among them. `CudaContextWatch` probes
 the context before and after each test (a `torch.cuda.synchronize()`, only once this process has initialized
 CUDA: it never initializes it) and adds a section to each failed test's report: the test during which the

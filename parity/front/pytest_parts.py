@@ -4,7 +4,7 @@ Each `parity_check` call is recorded as a part of its lowering, keyed by the sha
 at the end of the session every process turns its parts into JSON records with their failure files
 written under `<report>/parts/` (`part_records`), pytest-xdist workers send theirs to the controller, and
 the controller merges each lowering's parts into one report (`merged_report`, the merge `check --jobs`
-uses: `parity.exec.jobs.merge_lowering`). Also the parametrization of `parity_lowering` into shard items
+uses: `parity.front.parts.merge_lowering`). Also the parametrization of `parity_lowering` into shard items
 (`lowering_params`), a failed test's message (`failure_text`) and the log filter that keeps library debug
 lines out of it (`quiet_library_logs`).
 
@@ -76,7 +76,7 @@ def work_dir(report_dir: Path | None, name: str, item: Item) -> Path | None:
     if report_dir is None:
         return None
     from parity.report.files import lowering_stem
-    from parity.exec.shards import shard_dir
+    from parity.front.shards import shard_dir
 
     stem = lowering_stem(name)
     if item is not None:
@@ -105,7 +105,7 @@ def part_records(session: Any, parts: dict[tuple[str, Item], Any]) -> list[dict[
     """This process's parts (of the `parity.front.session.CheckSession` `session`) as JSON: each one's entry
     (with its compile families) and the directory its failure files were written to."""
     from parity.report import files as report_mod
-    from parity.exec.shards import shard_part_entry
+    from parity.front.shards import shard_part_entry
 
     kw = session.report_kw()
     out = []
@@ -122,9 +122,9 @@ def part_records(session: Any, parts: dict[tuple[str, Item], Any]) -> list[dict[
 
 def merged_report(session: Any, parts: list[dict[str, Any]], jobs: int) -> tuple[dict[str, Any], bool]:
     """One report's data from the parts of every process (`jobs`: how many ran them), lowerings in the
-    order they were first seen: a lowering's parts merged (`parity.exec.jobs.merge_lowering`), their failure
+    order they were first seen: a lowering's parts merged (`parity.front.parts.merge_lowering`), their failure
     files moved into the report; (data, whether a part was interrupted)."""
-    from parity.exec.jobs import merge_lowering
+    from parity.front.parts import merge_lowering
 
     by_name: dict[str, list[dict[str, Any]]] = {}
     for p in parts:

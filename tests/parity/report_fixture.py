@@ -107,7 +107,7 @@ def written(tmp: Path) -> dict[str, str]:
 def merged_shards() -> dict[str, Any]:
     """`alpha` and `beta` as two shards of one lowering (each with its compile families), merged."""
     from parity.report import files as report
-    from parity.exec import shards
+    from parity.front import shards
 
     alpha, beta, _ = reports()
     entries = []

@@ -19,7 +19,7 @@ import lowerings
 from lowerings.protocol import LoweringResult
 from lowerings.torch_emulation import Sdpa, WindowedMerge
 from oracle.case import Case
-from parity.front import cli
+from parity.front import cli, cmd_repro
 from parity.engine import flakiness as fl
 from parity.exec import sanitizer
 from parity.engine import policy as parity_policy
@@ -287,6 +287,6 @@ def test_repro_replays_last_the_history_case_after_which_the_result_changed(tmp_
     hist = [_case(context_lens=[n]) for n in (1, 2, 3)]  # latest first, as a failure file stores them
     wrapper = {"classification": {"depends_on_history": True, "history": [h.to_json_dict() for h in hist],
                                   "probe": {"after_history": ["", "the LSE (1 element(s))", ""]}}}
-    assert cli._history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[0], hist[1]]
+    assert cmd_repro.history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[0], hist[1]]
     wrapper["classification"]["probe"]["after_history"] = ["", "", ""]
-    assert cli._history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[1], hist[0]]
+    assert cmd_repro.history_of(wrapper, tmp_path / "f.json") == [hist[2], hist[1], hist[0]]

@@ -21,7 +21,8 @@ from oracle.case import Case
 from oracle.inputs import GUARD, attach_output_buffers, materialize, poison_bits
 from parity.front import cli
 from parity.engine import policy as parity_policy
-from parity.exec.isolation import IsolatedExecutor, inflight_path, read_inflight
+from parity.exec.inflight import inflight_path, read_inflight
+from parity.exec.isolation import IsolatedExecutor
 from parity.engine.runner import RunOptions, check_lowering, run_case
 from strategies import Limits, build_case, cases, profile_settings
 from tests import hardening_mutants as H
@@ -287,7 +288,7 @@ def test_cli_check_survives_a_segfaulting_plugin(tmp_path, capsys):
 
 # A device fault, simulated on the CPU: a case with more than one page of context "faults" the device, and
 # from then on every call of the process fails (a CUDA fault is sticky), the framework's input building
-# included, until the worker is replaced. The worker's end-of-case check (`parity.exec.isolation.context_lost`,
+# included, until the worker is replaced. The worker's end-of-case check (`parity.exec.worker.context_lost`,
 # `torch.cuda.synchronize()` on CUDA) is what says so; here the plugin answers for it.
 FAULTER = '''
 import parity.exec.isolation as iso

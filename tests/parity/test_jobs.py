@@ -1,4 +1,5 @@
-"""`check --jobs N` (parity/exec/jobs.py): lowerings checked side by side give the serial run's report."""
+"""`check --jobs N` (parity/front/controller.py over parity/exec/jobs.py): lowerings checked side by side give the
+serial run's report."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.front import cli
 from parity.exec import jobs
+from parity.front import cli, controller, parts
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin_window_off_by_one.py"
@@ -65,7 +66,7 @@ def test_a_child_that_wrote_nothing_is_a_failed_entry(tmp_path):
     (parts / "decode_rows.log").write_text("loading...\nSegmentation fault\n")
     header = {"schema": "dflash-parity/report", "version": 1, "device": "cuda", "profile": "gpu", "torch": "x",
               "tolerances": "t", "created": "now"}
-    data = jobs.merge_parts(tmp_path, ["decode_rows", "never"], {"decode_rows": -9}, header)
+    data = parts.merge_parts(tmp_path, ["decode_rows", "never"], {"decode_rows": -9}, header)
     v = data["lowerings"]["decode_rows"]
     assert v["status"] == "fail" and v["cases"] == 0
     assert "killed by signal 9" in v["notes"][0] and "Segmentation fault" in v["notes"][0]
@@ -88,14 +89,14 @@ def test_children_get_the_config_as_json():
     """A child's command line carries the run's whole config (plugins made absolute) and its one part: no
     option is re-spelled on the way."""
     from parity.front.config import CheckConfig
-    from parity.front.session import Part
+    from parity.front.part import Part, child_argv
 
     config = CheckConfig(lowerings=("decode_rows", "sdpa"), plugins=("p.py",), profile="gpu", report="rep",
                          kernel_names_every=0, tolerances="t.toml", max_examples=500, seed=3, case_timeout=30.0,
                          hardening=False, warm_up=True, limits=("head_dims=128",), flaky_runs=2, jobs=4,
                          shards=("sdpa=2",), shard=(1, 3), gate_baseline="base", device="cuda")
-    argv = jobs.child_argv(config, Part("sdpa", (1, 2)))
-    assert argv[1:4] == ["-m", "parity.front.session", "--part"]
+    argv = child_argv(config, Part("sdpa", (1, 2)))
+    assert argv[1:4] == ["-m", "parity.front.child", "--part"]
     spec = json.loads(argv[4])
     child = CheckConfig.from_json(spec["config"])
     assert spec["part"] == {"lowering": "sdpa", "shard": [1, 2]}
@@ -104,7 +105,7 @@ def test_children_get_the_config_as_json():
 
 
 def test_a_bad_part_spec_is_a_usage_error(capsys):
-    from parity.front.session import part_main
+    from parity.front.child import main as part_main
 
     assert part_main(["--part", '{"config": {"profile": "nope"}, "part": {"lowering": "x", "shard": null}}']) == 2
     assert "--profile: one of" in capsys.readouterr().err
@@ -132,6 +133,9 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
             return 0
 
     class FakePrefork:
+        def __init__(self, preload=()):
+            pass
+
         ready_cpu = ready_seconds = waited = 0.0
         modules, skipped, early = ["torch"], [], False
 
@@ -149,7 +153,7 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
     monkeypatch.setattr(jobs, "Prefork", FakePrefork)
     session = types.SimpleNamespace(config=CheckConfig(report=str(tmp_path), jobs=4, jobs_start=how), device="cuda",
                                     say=lambda line: None, top=lambda: {"device": "cuda", "lowerings": {}})
-    data, interrupted = jobs.run_jobs(session, ["a", "b", "c", "d"], poll=0.01)
+    data, interrupted = controller.run_jobs(session, ["a", "b", "c", "d"], poll=0.01)
     assert started == [("a", "5"), ("b", "6"), ("c", "7"), ("d", "5")] and not interrupted
     assert list(data["lowerings"]) == ["a", "b", "c", "d"]  # no part written: each a failed entry saying so
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,6,7"
@@ -165,7 +169,7 @@ def test_report_json_keeps_flat_lists_on_one_line():
     assert text.splitlines()[1] == '  "a": [1, 2.5, "x"],'
 
 
-# --- --shards: one lowering's cases over several processes (parity/exec/shards.py) -----------------------------
+# --- --shards: one lowering's cases over several processes (parity/front/shards.py) -----------------------------
 
 def test_shards_run_each_case_of_the_serial_run_once():
     """Shard i of 3 runs the draws i, i+3, ...: together the three run the serial run's cases, once each."""
@@ -365,8 +369,8 @@ def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
     for i in (0, 2):
         rep = LoweringReport(name, "cuda", "pass", cases=7, passed=7, max_compiles=2)
         report.write_reports(tmp_path, [rep], device="cuda", profile="gpu", tolerances="t",
-                             part=jobs.part_path(tmp_path, name, (i, 3)))
-    data = jobs.merge_parts(tmp_path, [name], {f"{name} [shard 2/3]": -9}, header, {name: 3})
+                             part=parts.part_path(tmp_path, name, (i, 3)))
+    data = parts.merge_parts(tmp_path, [name], {f"{name} [shard 2/3]": -9}, header, {name: 3})
     v = data["lowerings"][name]
     assert (v["status"], v["cases"], v["shards"], v["max_compiles"]) == ("fail", 14, 3, 2)
     assert len(v["notes"]) == 1 and v["notes"][0].startswith("shard 2/3: the check process for this lowering was "
@@ -376,7 +380,7 @@ def test_a_lost_shard_fails_the_entry_and_keeps_the_others(tmp_path):
 def test_the_start_up_line_splits_a_childs_time_before_its_first_case():
     """Each phase's seconds run from its mark to the next; the total from the session's creation to the last mark
     (a phase named after the wrong interval, or the session's own time left out, shows here)."""
-    from parity.exec.jobs import start_up_line
+    from parity.front.progress import start_up_line
 
     marks = [("load", 10.5), ("planning", 10.75), ("precompile", 12.0), ("warm-up", 12.25), ("", 14.0)]
     assert start_up_line("x [shard 1/2]", 10.0, marks) == (

@@ -15,7 +15,8 @@ import torch
 
 from oracle.errors import InvalidInput
 from parity.front import cli
-from parity.exec import jobs, mps
+from parity.exec import mps
+from parity.front import controller
 from parity.front.config import CheckConfig
 from tests.plugin_runs import runpytest
 
@@ -132,15 +133,15 @@ def test_jobs_records_the_mps_status_in_the_report_settings(fake_daemon, monkeyp
     said: list[str] = []
     session = SimpleNamespace(config=SimpleNamespace(mps=True), device="cuda", say=said.append,
                               header={"settings": {}})
-    with jobs._mps_for(session, 16) as state:
+    with controller._mps_for(session, 16) as state:
         assert state.env["CUDA_MPS_PIPE_DIRECTORY"]
     assert session.header["settings"]["mps"] == "started for this run (16 processes)"
     plain = SimpleNamespace(config=SimpleNamespace(mps=False), device="cuda", say=said.append, header=None)
-    with jobs._mps_for(plain, 16) as state:
+    with controller._mps_for(plain, 16) as state:
         assert state.env == {}
     assert said[-1].startswith("[jobs] note: 16 processes share the GPU without CUDA MPS")
     n = len(said)
-    with jobs._mps_for(SimpleNamespace(config=plain.config, device="cpu", say=said.append, header=None), 16):
+    with controller._mps_for(SimpleNamespace(config=plain.config, device="cpu", say=said.append, header=None), 16):
         pass
     assert len(said) == n  # no note on the CPU
 

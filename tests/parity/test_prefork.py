@@ -101,6 +101,9 @@ def test_the_cuda_probe_initializes_nothing_where_there_is_no_driver():
 
 def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_path, capsys, monkeypatch):
     class Refused:
+        def __init__(self, preload=()):
+            pass
+
         def start(self, env, exclude=()):
             raise prefork.PreforkError("importing flashinfer initialized CUDA, and a process forked after that "
                                        "cannot use the GPU")
@@ -162,13 +165,13 @@ def test_a_forked_childs_exit_code_cpu_and_output_come_back(tmp_path):
     try:
         assert pf.ready_cpu > 0 and "torch" in pf.modules
         log = _log(tmp_path, "bad")
-        child = pf.spawn([sys.executable, "-m", "parity.front.session", "--part", "{not json"], dict(os.environ), log)
+        child = pf.spawn([sys.executable, "-m", "parity.front.child", "--part", "{not json"], dict(os.environ), log)
         assert child.wait(60) == 2
         from parity.exec import pool
 
         assert pool.cpu_seconds(child) is not None and pool.cpu_seconds(child) >= 0
         log2 = _log(tmp_path, "usage")
-        child2 = pf.spawn([sys.executable, "-m", "parity.front.session"], dict(os.environ), log2)
+        child2 = pf.spawn([sys.executable, "-m", "parity.front.child"], dict(os.environ), log2)
         assert child2.wait(60) == 2  # no --part: the usage line, exit 2 (EXIT_USAGE)
     finally:
         pf.close()
@@ -184,15 +187,15 @@ PLUGIN = ("import os, time\nfrom lowerings import register\nfrom lowerings.torch
 
 
 def _part_argv(tmp_path: Path, examples: int) -> list[str]:
-    """The argv `parity.exec.jobs.child_argv` gives a child checking the plugin lowering `probe` on cpu."""
+    """The argv `parity.front.part.child_argv` gives a child checking the plugin lowering `probe` on cpu."""
     from parity.front.config import CheckConfig
-    from parity.front.session import Part
+    from parity.front.part import Part, child_argv
 
     plugin = tmp_path / "probe_plugin.py"
     plugin.write_text(PLUGIN)
     config = CheckConfig(lowerings=("probe",), plugins=(str(plugin),), device="cpu", isolate=False,
                          max_examples=examples, report=str(tmp_path / "r"), jobs=2, quiet=True)
-    return jobs.child_argv(config, Part("probe"))
+    return child_argv(config, Part("probe"))
 
 
 def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path):
@@ -249,7 +252,7 @@ def _alive(pid: int) -> bool:
 
 # ---- children never outlive the run, started either way --------------------------------------------------
 def _children_of(report: Path | None, parent: int) -> list[int]:
-    """Pids of the `check --jobs` children writing into `report`: started as `parity.front.session --part SPEC`
+    """Pids of the `check --jobs` children writing into `report`: started as `parity.front.child --part SPEC`
     (`--jobs-start spawn`), or forked by the prefork (`python -m parity.exec.prefork`) that `parent` started
     (`report` None: the prefork's pid, if any)."""
     procs: dict[int, tuple[list[bytes], int]] = {}

@@ -1,21 +1,24 @@
-"""The prefork launched when `check --jobs N` starts (`parity.front.cli.launch_prefork_early`, `parity.exec.prefork.start_early`).
+"""The prefork launched when `check --jobs N` starts (`parity.front.startup.start` from `parity.front.cli.main`,
+`parity.exec.prefork.start_early`).
 
-Run 67: the prefork's 8.7 s of imports came after the parent's own, before the first child. Launched first, they
-overlap (run 68: the run waited 4.1 s for it, not 8.0). Each check fails when the early launch is wrong in the
-way it names: launched where no run can use it, adopted with another environment, or left running."""
+The prefork's imports came after the parent's own, before the first child. Launched first, they overlap. Each check
+fails when the early launch is wrong in the way it names: launched where no run can use it, adopted with another
+environment, or left running."""
 
 from __future__ import annotations
 
 import pytest
 
-from parity.front import cli
-from parity.exec import prefork
+from parity.exec import prefork, shared_compiles
+from parity.front import cli, startup
+from parity.front.part import CHILD_PRELOAD
 from tests.parity.test_prefork import run_two_jobs
 
 
 @pytest.mark.parametrize("argv, launched", [
     (["check", "--jobs", "4"], True),
-    (["--plugin", "x.py", "check", "--jobs=3", "--lowering", "sdpa"], True),
+    (["check", "--plugin", "x.py", "--jobs=3", "--lowering", "sdpa"], True),
+    (["--plugin", "x.py", "check", "--jobs=3"], False),  # not a check's command line (a usage error to come)
     (["check", "--jobs", "4", "--jobs-start", "spawn"], False),
     (["check", "--jobs", "4", "--jobs-start=spawn"], False),
     (["check", "--jobs", "1"], False),
@@ -26,13 +29,15 @@ from tests.parity.test_prefork import run_two_jobs
 ])
 def test_the_prefork_is_launched_early_only_for_a_check_with_jobs_that_forks(argv, launched, monkeypatch):
     got = []
-    monkeypatch.setattr(prefork, "start_early", lambda env: got.append(env) or object())
-    assert cli.launch_prefork_early(argv) is launched
-    assert bool(got) is launched
-    if launched:  # the children's environment (thread caps), as `parity.exec.jobs.run_jobs` gives it
+    monkeypatch.setattr(prefork, "start_early", lambda env, preload: got.append((env, preload)) or object())
+    monkeypatch.setattr(shared_compiles, "share_compiles", lambda: True)  # this process's environment untouched
+    started = startup.start(*cli.jobs_asked(argv))
+    assert bool(got) is launched and started.launched_prefork is launched
+    if launched:  # the children's environment (thread caps) and modules, as `parity.front.controller` gives them
         from parity.exec import pool
 
-        assert got[0] == pool.child_env(int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else 3)
+        assert got[0] == (pool.child_env(int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else 3),
+                          CHILD_PRELOAD)
 
 
 def _launched(monkeypatch) -> list:

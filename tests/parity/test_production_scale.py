@@ -22,7 +22,7 @@ from parity.engine import policy as parity_policy
 from parity.report.files import summary_md, to_json, write_reports
 from parity.engine.hardening import negate_context
 from parity.engine.runner import RunOptions, check_lowering, run_case
-from parity.exec.shards import merge_entries
+from parity.front.shards import merge_entries
 from strategies import build_case, check_cases, profile_settings
 from tests import mutants as M
 

@@ -255,7 +255,7 @@ def test_gpu_pinning_and_the_profile_only_in_a_session_that_uses_the_plugin(pyte
         assert pinned == [] and settings._current_profile == "foreign-suite"
         plug.pytest_collection_modifyitems(config, [foreign, ours])
         plug.pytest_collection_modifyitems(config, [ours])
-        assert pinned == ["gw1"] and settings._current_profile == f"dflash-{plug._state(config).config_().profile}"
+        assert pinned == ["gw1"] and settings._current_profile == f"dflash-{plug.ps.state(config).config_().profile}"
     finally:
         settings.load_profile(before)
 

@@ -22,7 +22,7 @@ from hypothesis.database import InMemoryExampleDatabase
 import lowerings
 from lowerings import counters, registry
 from oracle.case import Case, pages_needed
-from parity.front import cli
+from parity.front import cli, cmd_check
 from parity.engine import slips
 from parity.engine import policy as parity_policy
 from parity.engine.hardening import output_buffer_failures  # noqa: F401  (the producer of the "output buffers" lines)
@@ -127,7 +127,7 @@ def test_a_shrink_that_slips_reports_both_failures_each_replayable(plugin, tmp_p
     summary = (report / "summary.md").read_text()
     assert f"- {note}" in summary and "failures/two_bugs-1.json" in summary and "failures/two_bugs-2.json" in summary
     assert note in failure_text(rep, "cpu")  # the pytest plugin's message of a failed test
-    cli._finish(types.SimpleNamespace(quiet=True, allow_nothing_judged=False), data, report, 0.0)  # the console
+    cmd_check.finish(types.SimpleNamespace(quiet=True, allow_nothing_judged=False), data, report, 0.0)  # the console
     assert f"two_bugs: {note}" in capsys.readouterr().out
 
     with registry.restored():  # replayed as a user would, the plugin loaded from the file's record

@@ -13,7 +13,8 @@ from oracle.errors import InvalidInput
 from parity.front import cli
 from parity.front.config import CheckConfig, default_threads
 from parity.exec.jobs import child_argv
-from parity.front.session import CheckSession, Part
+from parity.front.part import Part
+from parity.front.session import CheckSession
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
 

@@ -300,7 +300,7 @@ def test_check_reports_entries_used_and_an_entry_that_matched_nothing(tmp_path, 
 
 
 def test_shards_merge_their_bounds():
-    from parity.exec.shards import merge_entries
+    from parity.front.shards import merge_entries
     from parity.report.files import to_json
     from parity.engine.runner import LoweringReport
 

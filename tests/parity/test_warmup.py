@@ -328,7 +328,7 @@ def _config(**settings):
 
     cfg = types.SimpleNamespace(option=types.SimpleNamespace(collectonly=False), stash=pytest.Stash(),
                                 pluginmanager=types.SimpleNamespace(get_plugin=lambda name: None))
-    state = plug._state(cfg)
+    state = plug.ps.state(cfg)
     state.used = True
     state.check_config = CheckConfig(**{"warm_up": True, "device": "cpu", "report": None, **settings})
     return cfg
@@ -375,7 +375,7 @@ def test_collect_only_and_disabled_sessions_do_not_warm_up(monkeypatch):
     plug.pytest_collection_finish(types.SimpleNamespace(config=cfg, items=[]))
     cfg = _config(lowerings=("ok",), warm_up=False)
     plug.pytest_collection_finish(types.SimpleNamespace(config=cfg, items=[]))
-    assert plug._state(cfg).warmups == []
+    assert plug.ps.state(cfg).warmups == []
 
 
 NARROW_PLUGIN = '''

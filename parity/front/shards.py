@@ -8,10 +8,9 @@ derandomized profile run each of the serial run's cases exactly once; a random p
 their own. For a lowering that compiles (`max_compiles` set) the share is by compile family instead: shard
 `i` runs every case of the families whose order of first appearance in the draws is `i` modulo S (where the
 shards draw different cases, a random profile: the families a hash of each gives shard `i`), so each family
-compiles in one process. Split by draw index, each of 15 shards compiled nearly every family it
-saw: 1,931 family compilations for 2,039 `gpu`-profile cases of the `torch.compile` merge, against 312
-families (`scripts/draw_distribution.py`'s draws, seed 3; 121-171 cases a shard by family). A shard that
-finds a failure shrinks it itself, judging every case hypothesis tries.
+compiles in one process. Split by draw index instead, each shard
+would compile nearly every family it saw. A shard that finds a failure shrinks it itself, judging every case
+hypothesis tries.
 
 Each shard writes its entry to `<report>/parts/<lowering>.shard-<i>-of-<S>.json` and works in its own
 directory next to it (its failure files, its case in flight), so shards never write the same file. Only
@@ -22,7 +21,7 @@ shards' failure files into `<report>/failures/`, numbered as a serial run number
 first case a dead shard left in flight for the next run's replay.
 
 Public: `parse_shards(values, names) -> {name: S}`, `shard_label`, `shard_dir`, `merge_entries`,
-`collect_failures`.
+`collect_failures`, `shard_part_entry`; `parse_shard` is `parity.front.config`'s.
 """
 
 from __future__ import annotations
@@ -35,8 +34,9 @@ from typing import Any, Sequence
 
 from oracle.errors import InvalidInput
 from parity.front.config import parse_shard  # noqa: F401  (`--shard I/S` -> (I, S))
-from parity.engine.file_names import stem_files
-from parity.engine.outcome import FAMILY_KEYS  # noqa: F401  (a part's {family: compilations}; merged away)
+from parity.engine.outcome import FAMILY_KEYS, merge_entries as _merge  # a part's {family: compilations}; merged away
+from parity.report.file_names import stem_files
+from parity.report.files import atomic_write, dumps, replay_command
 
 MAX_SHARDS = 64
 
@@ -63,8 +63,6 @@ def parse_shards(values: Sequence[str], names: Sequence[str]) -> dict[str, int]:
     return out
 
 
-
-
 def shard_label(name: str, shard: tuple[int, int] | None) -> str:
     """How progress lines and notes name one shard of a lowering."""
     return name if shard is None else f"{name} [shard {shard[0] + 1}/{shard[1]}]"
@@ -78,9 +76,7 @@ def shard_dir(report_dir: Path, stem: str, shard: tuple[int, int]) -> Path:
 def merge_entries(entries: Sequence[dict[str, Any]], lowering: str = "") -> dict[str, Any]:
     """One report entry from the entries of a lowering's shards (in shard order): `parity.engine.outcome`'s one
     merge (`LoweringReport.merged`)."""
-    from parity.engine.outcome import merge_entries as merge
-
-    return merge(entries, lowering)
+    return _merge(entries, lowering)
 
 
 def collect_failures(report_dir: Path, stem: str, entry: dict[str, Any], shard_dirs: Sequence[Path]) -> None:
@@ -114,8 +110,6 @@ def collect_failures(report_dir: Path, stem: str, entry: dict[str, Any], shard_d
 
 def _point_replay_at(path: Path, replay_args: Sequence[str] | None) -> None:
     """The moved failure file's own replay command, naming where it is now."""
-    from parity.report.files import atomic_write, dumps, replay_command
-
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):
