@@ -181,9 +181,8 @@ def sdpa_batch(inputs: Inputs, rows: list[int], *, with_lse: bool, meta: torch.T
     additive mask (0 / -inf) built once per batch, the output cast to the working dtype after it; the same
     values go through the same arithmetic, so the output is the same bits
     (`tests/lowerings/test_yardstick_calls.py` against the form that passed working-dtype tensors), in fewer
-    operations (torch's profiler on the CPU: 223 -> 185 for one request of two KV heads, one call each; 176 -> 150
-    for three requests in one call), and less memory traffic: on a GPU the yardstick is launch-bound
-    (docs/performance.md section 4)."""
+    operations and less memory traffic: on a GPU the yardstick is launch-bound (docs/performance.md, "Where a
+    case's time goes")."""
     c = inputs.case
     ps, K, D, G, Hkv = c.page_size, c.block_size, c.head_dim, c.group_size, c.num_kv_heads
     dev, dt = inputs.device, inputs.q.dtype

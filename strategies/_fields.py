@@ -26,7 +26,7 @@ WINDOW_KINDS = ("noncausal", "noncausal_swa", "causal", "causal_swa")
 
 # The strategy builders below are cached: `strategies._cases` asks for them per draw (per request, for the
 # lengths), and building a hypothesis strategy costs more than drawing from it (its validation walks the whole tree:
-# 63% of a `gpu`-profile draw was building these, scripts/bench_draw.py). A cached one draws the same choices.
+# 63% of a `gpu`-profile draw was building these, lab/bench_draw.py). A cached one draws the same choices.
 @functools.lru_cache(maxsize=256)
 def batch_sizes(limits: Limits = Limits()) -> st.SearchStrategy[int]:
     """Half the draws from 1, 2, the dispatch threshold and +1, the lowering's maximum, 3, 5; half any

@@ -36,16 +36,16 @@ from parity.engine.yardstick import BUILT_IN as BUILT_IN_YARDSTICKS
 from parity.engine.outcome import INVALID, PHASES, CaseOutcome  # noqa: F401  (PHASES: re-exported)
 
 phase_barrier: Callable[[], None] | None = None
-"""Called at the end of every phase when set (`scripts/gpu_phase_profile.py` sets `torch.cuda.synchronize`, so
+"""Called at the end of every phase when set (`lab/gpu_phase_profile.py` sets `torch.cuda.synchronize`, so
 that a phase's wall seconds include the device work it queued rather than leaving it to the next phase)."""
 
 phase_observer: Callable[["CaseOutcome", str, float], None] | None = None
 """Called after every phase block when set, with the case's outcome, the phase and the block's wall seconds (after
-`phase_barrier`): a measurement script's per-case time line (`scripts/gpu_phase_profile.py`)."""
+`phase_barrier`): a measurement script's per-case time line (`lab/gpu_phase_profile.py`)."""
 
 around_case: Callable[[Callable[[], "CaseOutcome"], Case, "RunOptions"], "CaseOutcome"] | None = None
 """When set, `run_case` hands it the case's judged run as a call (after `supports` and the device lease): it must
-call it once and return its outcome. For measurements around a whole case (`scripts/gpu_phase_profile.py`: the
+call it once and return its outcome. For measurements around a whole case (`lab/gpu_phase_profile.py`: the
 device memory a case peaks at)."""
 
 

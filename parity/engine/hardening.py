@@ -232,10 +232,7 @@ class KernelNames:
     Each synchronizes the device first, so the profile holds that call's device work and no other: the oracle's
     and the yardstick's kernels queued before it are done, the call's own are done before the profiler stops.
 
-    Until session 17 the names came from one more run of the case under the profiler, on a device copy of
-    the inputs (`gpu_kernel_failures`): a fourth of the cases paid for that copy, a second call and its
-    synchronizations, and a large one without hardening leased one more input set for the copy. Profiling
-    the judged call reads the names of the kernels whose output was judged."""
+    Profiling the judged call reads the names of the kernels whose output was judged."""
 
     def __init__(self) -> None:
         self.seen: list[str] | None = None

@@ -3,10 +3,9 @@ hypothesis's own (`Profile.shrinker == "cases"`: the `scale` profile, where one 
 2**31 elements and batches of 256 requests).
 
 hypothesis shrinks the choice sequence a case was drawn from; at production scale that costs hundreds
-of judged cases (315 to 773 for the `scale` draw with a free predicate, 4 seeds, docs/gpu session 8), each
-holding gigabytes on the GPU: on the H200 five minutes of shrinking left a 32-bit-offset bug at B = 72,
-100,000 keys each. `reduce_failure` works on the case itself, largest cuts first, and keeps a cut when
-the case still fails (any failure, as hypothesis counts one):
+of judged cases, each holding gigabytes on the GPU, and can stop on its time limit far from the smallest
+case (measured: docs/lab/production-scale.md). `reduce_failure` works on the case itself, largest cuts
+first, and keeps a cut when the case still fails (any failure, as hypothesis counts one):
 
 1. the batch: each request alone (the longest first, then the one whose pages reach furthest into the
    pool, then the next longest: `SOLO_TRIES` of them), then chunks of the batch removed, halves first,

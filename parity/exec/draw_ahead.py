@@ -1,8 +1,8 @@
 """Cases drawn ahead by a second process while this one judges: the drawer port's process-aware implementation
 (`ForkedDrawAhead`, `parity.engine.ports.DrawAhead`), `--draw-ahead`.
 
-Drawing a case is hypothesis's own work plus the repair of what the lowering refuses: 8-18 ms a case against
-14-22 ms for judging it on a GPU host (docs/performance.md), all on one core, one after the other. A derandomized (or seeded) search draws
+Drawing a case is hypothesis's own work plus the repair of what the lowering refuses, about as long as judging
+it on a GPU host (docs/performance.md, "Where a case's time goes"), all on one core, one after the other. A derandomized (or seeded) search draws
 the same sequence whatever the test function does, as long as no case fails (`parity.engine.draws`). So a forked
 copy of the check (the drawer) runs the very same test function (`prop`, its text unchanged: it seeds the draws)
 with a `run_case` that only sends each case down a pipe, and this process judges them as they come, as `prop`

@@ -198,7 +198,7 @@ def run_pending(units: list[tuple[str, Any]], run_unit: Callable[[str, Any], Non
     Waiting on the held one instead (the first way) made the processes trail one another: the one ahead took each
     next variant first, one process compiling most entries and others none. Where every unit left is held, a pause (`POLL_S`, doubling); after
     `WAIT_S` with no progress, they are run waiting for their holders (the shared cache's own give-up then applies).
-    Public for `scripts/bench_precompile_schedule.py` and for a precompile of one's own kernels."""
+    Public for `lab/bench_precompile_schedule.py` and for a precompile of one's own kernels."""
     from parity.exec import shared_compile_cache as scc
 
     errors: list[str] = []

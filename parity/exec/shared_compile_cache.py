@@ -68,7 +68,7 @@ class SharedCompileCache(FileCacheManager):
     def put(self, data, filename, binary=True):
         # A kernel's compile puts its metadata file under the group's own name before `put_group`: the lock of a
         # group miss is kept until the group is stored (released here, a reader found no group yet and compiled
-        # again: 33-34 compiles of 32 in scripts/bench_precompile_schedule.py, docs/lab/precompile-schedule.md).
+        # again: 33-34 compiles of 32 in lab/bench_precompile_schedule.py, docs/lab/precompile-schedule.md).
         stored = False
         try:
             path = super().put(data, filename, binary)
