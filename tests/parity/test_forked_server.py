@@ -104,7 +104,7 @@ def test_a_worker_starts_with_a_fresh_interpreters_signal_handlers(tmp_path):
 
 
 def test_it_starts_a_fresh_interpreter_where_forking_is_not_safe():
-    """A thread running, CUDA initialized (asked through `parity.exec.prefork.cuda_initialized`), a lowering in the
+    """A thread running, CUDA initialized (asked through `parity.exec.prefork_server.cuda_initialized`), a lowering in the
     registry that is not a built-in, or `DFLASH_PARITY_FORKED_SERVER=0`: the fresh interpreter, saying why."""
     out = _run("""
         import threading, lowerings
@@ -113,7 +113,7 @@ def test_it_starts_a_fresh_interpreter_where_forking_is_not_safe():
         t = threading.Thread(target=stop.wait, daemon=True); t.start()
         print("THREADS", forked_server.forkable())
         stop.set(); t.join()
-        import parity.exec.prefork as pf
+        import parity.exec.prefork_server as pf
         real = pf.cuda_initialized
         pf.cuda_initialized = lambda: True
         print("CUDA", forked_server.forkable())

@@ -291,14 +291,14 @@ def test_cli_check_survives_a_segfaulting_plugin(tmp_path, capsys):
 # included, until the worker is replaced. The worker's end-of-case check (`parity.exec.worker.context_lost`,
 # `torch.cuda.synchronize()` on CUDA) is what says so; here the plugin answers for it.
 FAULTER = '''
-import parity.exec.isolation as iso
+import parity.exec.worker as worker
 import parity.engine.case_run as cr
 from lowerings import register
 from lowerings.torch_emulation import Sdpa
 
 FAULT = "AcceleratorError: CUDA error: an illegal memory access was encountered"
 faulted = []
-iso.context_lost = lambda device: FAULT if faulted else None
+worker.context_lost = lambda device: FAULT if faulted else None
 _prepare = cr.prepare_inputs
 def prepare(*args, **kw):
     if faulted:

@@ -61,9 +61,9 @@ def test_jobs_report_is_the_serial_report(tmp_path, capsys, monkeypatch):
 
 def test_a_child_that_wrote_nothing_is_a_failed_entry(tmp_path):
     """A killed child (no part written) is reported as a failure saying how it exited and where its log is."""
-    parts = tmp_path / "parts"
-    parts.mkdir()
-    (parts / "decode_rows.log").write_text("loading...\nSegmentation fault\n")
+    part_dir = tmp_path / "parts"
+    part_dir.mkdir()
+    (part_dir / "decode_rows.log").write_text("loading...\nSegmentation fault\n")
     header = {"schema": "dflash-parity/report", "version": 1, "device": "cuda", "profile": "gpu", "torch": "x",
               "tolerances": "t", "created": "now"}
     data = parts.merge_parts(tmp_path, ["decode_rows", "never"], {"decode_rows": -9}, header)
@@ -118,10 +118,9 @@ def test_jobs_children_spread_over_the_visible_gpus(tmp_path, monkeypatch, how):
     least busy when it starts (the parent's own view stays whole), started fresh or forked from the prefork."""
     import types
 
-    from parity.exec import gpus
     from parity.front.config import CheckConfig
 
-    monkeypatch.setattr(gpus, "visible_gpus", lambda: 3)
+    monkeypatch.setattr(controller, "visible_gpus", lambda: 3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6,7")
     started = []
 
@@ -296,7 +295,7 @@ def test_sharded_check_shrinks_a_failure_into_the_one_report(tmp_path, capsys):
 
 
 def test_merged_shards_add_up_and_keep_the_worst():
-    from parity.exec import shards
+    from parity.front import shards
     from parity.engine.outcome import LoweringReport
     from tests.parity.report_fixture import reports
 
@@ -320,7 +319,7 @@ def test_merged_shards_keep_every_per_lowering_key():
     """Both sides of the per-lowering entry survive a shard merge: judged and bounds (the tolerance entries),
     drawn and skipped (production scale), and each failure with its extras (figures, runs, classification)."""
     from parity.engine import drawn
-    from parity.exec import shards
+    from parity.front import shards
     from parity.report.files import to_json
     from parity.engine.runner import LoweringReport
     from strategies import Limits, build_case

@@ -15,7 +15,7 @@ import torch
 
 from oracle.errors import InvalidInput
 from parity.front import cli
-from parity.exec import mps
+from parity.exec import jobs, mps
 from parity.front import controller
 from parity.front.config import CheckConfig
 from tests.plugin_runs import runpytest

@@ -403,14 +403,15 @@ def test_a_jobs_child_precompiles_before_its_first_case(part, workers, monkeypat
     compiles as its cases need (it has no sibling to share the compiles with, and may draw few cases)."""
     from parity.front import session
     from parity.front.config import CheckConfig
+    from parity.front.part import Part
 
     calls = []
     monkeypatch.setattr(pc, "precompile", lambda limits, device, start="", **kw: calls.append((device, start))
                         or pc.Precompiled(units=32, seconds=7.5))
     cfg = CheckConfig(lowerings=("context",), max_examples=2, isolate=False, hardening=(), quiet=True)
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
-    sess = session.CheckSession(cfg, part=session.Part("context") if part else None, workers=workers)
-    rep = sess.check(lowerings.get("context"), max_examples=2)
+    sess = session.CheckSession(cfg, part=Part("context") if part else None, workers=workers)
+    rep = sess.check(lowerings.get("context"), asked=session.Asked(max_examples=2))
     assert calls == ([(sess.device, "context None")] if part or workers > 1 else [])
     if calls:  # its seconds are the lowering's: a phase of its time line, in its wall and so in its rate
         assert rep.phases["precompile"] == 7.5 and rep.seconds >= 7.5

@@ -219,7 +219,7 @@ def test_xdist_shard_items_spread_each_lowering_over_the_workers():
     """Under `pytest -n 4` each lowering's test is four shard items; item j runs shard (j, 4) of the serial
     run's cases, composed with a machine's `--parity-shard I/S` as (I + S*j, S*4)."""
     from parity.front.pytest_parts import lowering_params
-    from parity.front.session import compose
+    from parity.front.part import compose
 
     params = lowering_params(["a", "b"], 4)
     assert [p.id for p in params][:5] == ["a-shard1of4", "a-shard2of4", "a-shard3of4", "a-shard4of4", "b-shard1of4"]

@@ -12,8 +12,7 @@ import torch
 from oracle.errors import InvalidInput
 from parity.front import cli
 from parity.front.config import CheckConfig, default_threads
-from parity.exec.jobs import child_argv
-from parity.front.part import Part
+from parity.front.part import Part, child_argv
 from parity.front.session import CheckSession
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
