@@ -162,9 +162,11 @@ def jobs_asked(tokens: Sequence[str]) -> tuple[int, str]:
         return 1, how
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, added: dict[str, Any] | None = None) -> int:
+    """Run the command line `argv` (default: this process's); `added`: the verbs other packages add, by name
+    (default: the installed entry points, `added_verbs()`; a source tree that is not installed passes its own)."""
     tokens = sys.argv[1:] if argv is None else list(argv)
-    added = added_verbs()
+    added = added_verbs() if added is None else added
     verbs = {**VERBS, **{name: Verb(lambda args, v=v: v.run(args, load_for), machinery=v.machinery, ports=True)
                          for name, v in added.items()}}
     verb = verbs.get(tokens[0]) if tokens else None
