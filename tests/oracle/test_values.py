@@ -124,7 +124,10 @@ def test_index_keyed_values_shift_when_an_earlier_request_goes():
 def test_shortening_a_context_keeps_its_remaining_keys(values, build):
     long = _case(context_lens=[300, 70], value_keys=[4, 9], values=values, page_size=16)
     x = materialize(long, build=build)
-    for L in (0, 1, 15, 16, 17, 63, 64, 65, 129, 299):
+    lengths = (0, 1, 15, 16, 17, 63, 64, 65, 129, 299)
+    if build == "counter" and values != "plain":  # the counters are the regime's alike: every edge once, in plain
+        lengths = (0, 17, 129)
+    for L in lengths:
         y = materialize(_case(context_lens=[L, 70], value_keys=[4, 9], values=values, page_size=16), build=build)
         a, b = _request(x, 0), _request(y, 0)
         for name in ("q", "k_block", "v_block"):
@@ -381,7 +384,7 @@ def test_the_counter_build_is_a_few_launches_whatever_the_batch_and_lengths(monk
             return real[grid]
 
     monkeypatch.setattr(_values_kernel, "stream_kernel", Counting())
-    for lens, values in (([5], "plain"), ([300, 0, 17, 65, 129, 2, 9, 40], "huge"), ([700] * 3, "sink")):
+    for lens, values in (([5], "plain"), ([300, 0, 17, 65, 129, 2, 9, 40], "huge"), ([400] * 3, "sink")):
         launches.clear()
         x = materialize(_case(context_lens=lens, value_keys=list(range(len(lens))), values=values), build="counter")
         assert len(launches) == 5 + (values != "plain"), (lens, values)  # k, v, q, kb, vb (+ the regime's direction)
@@ -415,9 +418,9 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     assert len(cases) == 8
     warmed = set(seen)
 
-    def drawn_like() -> set:
+    def drawn_like(regimes=VALUE_REGIMES) -> set:
         seen.clear()
-        for values in VALUE_REGIMES:  # drawn-like cases: more requests, longer contexts, other layouts, both tables
+        for values in regimes:  # drawn-like cases: more requests, longer contexts, other layouts, both tables
             for corner in COUNTER_CORNERS:
                 for table in ("int32", "int64"):
                     materialize(_case(**corner, context_lens=[40, 0, 3], values=values, value_keys=[1, 2, 3],
@@ -430,7 +433,7 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     # The check can fail: without the int32 view an int64 table makes its own variant, which no warm case launches
     # (H200 run 89: the isolated workers compiled three such variants in their first cases).
     monkeypatch.setattr(_device_values, "page_table_int32", lambda table: table)
-    assert not drawn_like() <= warmed
+    assert not drawn_like(("plain",)) <= warmed  # one regime shows it: a table's dtype is the same in every one
 
 
 def test_the_builds_values_do_not_depend_on_the_page_tables_dtype():
