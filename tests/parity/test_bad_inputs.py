@@ -24,9 +24,9 @@ import pytest
 import lowerings
 from lowerings import registry
 from oracle import Case
-from parity.front import cli
 from parity.report import files as report_mod, directory as report_dir_mod
 from strategies import check_cases, limit_overrides
+from tests.cli_runs import run
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
@@ -75,17 +75,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
-
-
-def run(argv) -> tuple[int, str, str]:
-    """`cli.main(argv)` in process; (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def case_dict(**changes) -> dict:

@@ -4,24 +4,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 
 import pytest
 
-from parity.front import cli
+from tests.cli_runs import run
 
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 
 TINY = ["--no-isolate", "--max-examples", "2", "--device", "cpu", "--quiet", "--flaky-runs", "0", "--limit",
         "max_batch=2", "--limit", "max_context=20", "--limit", "head_dims=64", "--limit", "max_production_context=0"]
-
-
-def run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 # ---- numbers --------------------------------------------------------------------------------------------

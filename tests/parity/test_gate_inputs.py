@@ -4,28 +4,19 @@ its cases and failures (a hand-edited `"status": "pass"` listing failures fails 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from parity.front import cli
 from parity.report.trust import check_report, entry_status
+from tests.cli_runs import run
 
 pytestmark = pytest.mark.usefixtures("restore_registry")  # tests/conftest.py
 
 QUICK = ["--lowering", "sdpa", "--no-isolate", "--max-examples", "2", "--device", "cpu", "--quiet", "--limit",
          "max_batch=2", "--limit", "max_context=20", "--limit", "head_dims=64", "--limit", "max_production_context=0"]
-
-
-def run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

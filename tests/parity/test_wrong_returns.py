@@ -28,7 +28,8 @@ from parity.engine.hardening import kernel_name_failures
 from parity.exec.hooks import HookFailure
 from parity.exec.warmup import warm_up_lowering
 from strategies import limit_overrides, limits_for
-from tests.parity.test_bad_inputs import GOOD, QUICK, quick_cases, run, write
+from tests.cli_runs import run
+from tests.parity.test_bad_inputs import GOOD, QUICK, quick_cases, write
 
 HEAD = """import math, torch
 from lowerings import register
