@@ -42,6 +42,9 @@ from oracle.values import (FP8, OUTLIER_CHANNELS, OUTLIER_GAIN, SCORE_STD, TIE_S
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 BLOCK_T = 16
 BLOCK_E = 256  # one tile shape for every row size (H * D): one compile per dtype and regime class
+# On a CPU the kernel runs under Triton's interpreter, whose cost is per program, not per element: 128 positions a
+# program there. A value depends on its seed, position and element only, never on the tile (`_values_kernel`).
+BLOCK_T_INTERPRETED = 128
 STREAMS = ("q", "k", "v", "kb", "vb")
 
 
@@ -104,7 +107,8 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
     if longest * HD >= 2 ** 31:
         raise InvalidInput("context_lens", f"format 3's device build counts positions x H x D in 32 bits: "
                                            f"{longest} x {HD} is past 2**31; give a shorter context")
-    grid = (math.ceil(longest / BLOCK_T), B, math.ceil(HD / BLOCK_E))
+    block_t = BLOCK_T_INTERPRETED if dst.device.type == "cpu" else BLOCK_T
+    grid = (math.ceil(longest / block_t), B, math.ceil(HD / BLOCK_E))
     z = _unread_fp32(dst.device)  # the a, c, s a launch does not read: fp32 like theirs, so one signature
     pos = aff.pos if aff.s is not None else lens  # int32 either way (`lens` unread without a sink)
     if paged is not None:
@@ -113,13 +117,13 @@ def _launch(dst: torch.Tensor, seeds: torch.Tensor, lens: torch.Tensor, longest:
                                paged.page_size, 0, *paged.strides(heads, D),
                                D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
-                               PAGED=True, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
+                               PAGED=True, BLOCK_T=block_t, BLOCK_E=BLOCK_E)
     else:
         rows = dst.shape[1]
         vk.stream_kernel[grid](dst, seeds, lens, aff.a if aff.a is not None else z, aff.c if aff.c is not None else z,
                                aff.s if aff.s is not None else z, pos, seeds, 0, 1, rows, 0, 0, 0, D, HD,
                                int(aff.a is not None), int(aff.s is not None), int(clamp),
-                               PAGED=False, BLOCK_T=BLOCK_T, BLOCK_E=BLOCK_E)
+                               PAGED=False, BLOCK_T=block_t, BLOCK_E=BLOCK_E)
 
 
 def _regimes(c: Case, device: torch.device, keys: tuple[str, ...], aux) -> dict[str, _Affine]:

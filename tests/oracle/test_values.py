@@ -94,9 +94,15 @@ def test_position_blocks_cover_every_length_as_a_prefix():
     assert len(list(position_blocks(131_072))) == 48
 
 
-@pytest.mark.parametrize("build", ["host", "device", "counter"])
-@pytest.mark.parametrize("values", ["plain", "sink", "huge"])
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+# The counter build (format 3) under Triton's interpreter costs half a second a build: each storage variant once,
+# the regimes spread over them (its streams are keyed by seed, position and element whatever the regime).
+COUNTER_REMOVALS = [("bf16-nhd-dense", "plain"), ("fp16-hnd-appended-pad", "sink"), ("fp8-appended-int64", "huge"),
+                    ("fp8-hnd-dense", "sink")]
+
+
+@pytest.mark.parametrize("variant,values,build",
+                         [(v, r, b) for b in ("host", "device") for r in ("plain", "sink", "huge") for v in sorted(VARIANTS)]
+                         + [(v, r, "counter") for v, r in COUNTER_REMOVALS])
 def test_removing_a_request_keeps_the_others_bit_identical(variant, values, build):
     p = _params(**VARIANTS[variant], context_lens=[5, 0, 17, 9], value_keys=[7, 300, 7, 0], values=values)
     case = build_case(p)
@@ -400,15 +406,16 @@ def test_the_build_warm_up_covers_every_kernel_variant(monkeypatch):
     from oracle.inputs import warm_build_cases
 
     seen = set()
-    real = _values_kernel.stream_kernel
 
     class Recording:
+        """Records each launch's signature and launches nothing: what compiles is the signature (the values are
+        the other tests' to check), and the interpreter would spend half a second on each of these builds."""
+
         def __getitem__(self, grid):
             def launch(dst, seeds, *args, **kw):
                 assert seeds.data_ptr() % 16 == 0
                 # the pointers' dtypes are the kernel's signature: a, c, s, the sink's position (read or not), the table
                 seen.add((dst.dtype, kw["PAGED"], *(t.dtype for t in args[1:6])))
-                return real[grid](dst, seeds, *args, **kw)
             return launch
 
     monkeypatch.setattr(_values_kernel, "stream_kernel", Recording())

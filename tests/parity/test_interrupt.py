@@ -91,9 +91,10 @@ def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    # until both children have judged a case (each prints its first progress line at once)
-    while time.monotonic() < deadline and not all(any(ln.startswith(f"  {n}: ") for ln in list(lines))
-                                                  for n in ("decode_rows", "sdpa")):
+    # until both children have judged a case (each prints its first progress line at once; its start-up line,
+    # "  NAME: its cases start ...", comes before its first case and is not one)
+    while time.monotonic() < deadline and not all(
+            any(ln.startswith(f"  {n}: ") and " cases, " in ln for ln in list(lines)) for n in ("decode_rows", "sdpa")):
         time.sleep(0.1)
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(0.2)  # the second lands while the first is handled (two at once would coalesce into one)

@@ -18,7 +18,7 @@ from parity.front import cli
 from parity.exec import jobs, mps
 from parity.front import controller
 from parity.front.config import CheckConfig
-from tests.plugin_runs import runpytest
+from tests.plugin_runs import not_an_xdist_worker, plugin_args
 
 pytest_plugins = ["pytester"]
 
@@ -181,13 +181,16 @@ def test_exported_sets_the_pipe_for_the_block_and_puts_back_what_was_there(monke
 
 
 def test_pytest_mps_needs_xdist_workers_and_a_gpu(pytester):
+    """Usage errors, decided before any test runs: in process (a pytest subprocess costs its imports, seconds)."""
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    res = runpytest(pytester, "--parity-mps")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*--parity-mps: shares one GPU among pytest-xdist workers: give -n N (N >= 2) too*"])
-    res = runpytest(pytester, "--parity-mps", "--parity-device", "cpu")
-    assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*--parity-mps: *needs --parity-device cuda, got cpu*"])
+    with not_an_xdist_worker():
+        res = pytester.runpytest_inprocess(*plugin_args(), "--parity-mps", "-p", "no:cacheprovider")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stderr.str()
+        res.stderr.fnmatch_lines(["*--parity-mps: shares one GPU among pytest-xdist workers: give -n N (N >= 2) too*"])
+        res = pytester.runpytest_inprocess(*plugin_args(), "--parity-mps", "--parity-device", "cpu", "-p",
+                                           "no:cacheprovider")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stderr.str()
+        res.stderr.fnmatch_lines(["*--parity-mps: *needs --parity-device cuda, got cpu*"])
 
 
 def test_pytest_controller_exports_the_daemon_to_its_workers_until_the_session_closes(fake_daemon, monkeypatch):

@@ -29,7 +29,7 @@ from parity.front.pytest_parts import failure_text
 from parity.engine.runner import RunOptions, check_lowering, run_case
 from strategies import Limits, build_case, cases, profile_settings
 from tests.mutant_bases import ContextMutant, context_read
-from tests.plugin_runs import assert_outcomes, runpytest
+from tests.plugin_runs import assert_outcomes, not_an_xdist_worker, plugin_args
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "plugin_output_only.py"
@@ -191,17 +191,20 @@ def test_the_example_plugin_passes_and_every_report_says_lse_unchecked(tmp_path,
     assert code == 0 and bases == ["none", "e"], listed
 
 
-def test_the_pytest_report_says_lse_unchecked(pytester):
-    """pytest's own junit XML records `parity_lse_checked` per test; the terminal summary's table says it."""
+def test_the_pytest_report_says_lse_unchecked(pytester, restore_registry):
+    """pytest's own junit XML records `parity_lse_checked` per test; the terminal summary's table says it (the
+    session in process: a pytest subprocess costs its imports, seconds)."""
     pytester.makepyfile(test_other_repo='''
 def test_parity(parity_lowering, parity_check):
     rep = parity_check(parity_lowering, max_examples=3)
     assert rep.lse_checked is (parity_lowering.name != "my_sdpa")
 ''')
     xml = pytester.path / "junit.xml"
-    res = runpytest(pytester, "--parity-plugin", str(EXAMPLE), "--parity-lowering", "my_sdpa", "--parity-lowering",
-                    "sdpa", "--parity-profile", "ci", "--parity-device", "cpu", f"--junitxml={xml}",
-                    *[("--parity-" + a[2:]) if a.startswith("--") else a for a in TINY], "-p", "no:cacheprovider")
+    with not_an_xdist_worker():
+        res = pytester.runpytest_inprocess(
+            *plugin_args(), "--parity-plugin", str(EXAMPLE), "--parity-lowering", "my_sdpa", "--parity-lowering", "sdpa",
+            "--parity-profile", "ci", "--parity-device", "cpu", f"--junitxml={xml}",
+            *[("--parity-" + a[2:]) if a.startswith("--") else a for a in TINY], "-p", "no:cacheprovider")
     assert_outcomes(res, passed=2)
     res.stdout.fnmatch_lines(["*dflash-parity*", "my_sdpa*pass (LSE unchecked)*"])
     text = xml.read_text()

@@ -25,7 +25,9 @@ def test_the_pool_keeps_each_childs_exit_code_and_cpu_seconds():
 
     assert pool.run_pool(["burn", "sleep"], start, 2, done, poll=0.02) is False
     code, seconds, cpu = ended["burn"]
-    assert code == 3 and cpu is not None and 0.35 <= cpu <= seconds + 0.05
+    # Its wall time starts when `start` returns: on a loaded machine the parent may wait for a core while the child
+    # already burns (measured: 0.47 s of CPU in 0.42 s of wall, three pytest workers on two cores).
+    assert code == 3 and cpu is not None and 0.35 <= cpu <= seconds + 0.2
     code, seconds, cpu = ended["sleep"]
     assert code == 0 and cpu is not None and cpu < 0.3 and seconds >= 0.4
 

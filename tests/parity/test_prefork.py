@@ -205,7 +205,7 @@ def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path):
     pf = prefork.Prefork().start(dict(os.environ))
     try:
         out = tmp_path / "seen"
-        env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.3"}
+        env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.01"}
         child = pf.spawn(_part_argv(tmp_path, 3), env, _log(tmp_path, "env"))
         deadline = time.monotonic() + 10
         while os.getpgid(child.pid) != child.pid and time.monotonic() < deadline:  # its setsid, just after the fork

@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from tests.plugin_runs import assert_outcomes, plugin_args, run_subprocess, runpytest
+from tests.plugin_runs import assert_outcomes, not_an_xdist_worker, plugin_args, run_subprocess, runpytest
 
 pytest_plugins = ["pytester"]
 
@@ -83,8 +83,10 @@ def test_parity(parity_lowering, parity_check):
     rep = parity_check(parity_lowering, max_examples=5)
     assert set(rep.drawn["head_dim"]) == {"64"}, rep.drawn
 ''')
-    res = runpytest(pytester, "--parity-lowering", "sdpa", "--parity-profile", "ci", "--parity-device", "cpu",
-                    "--parity-limit", "head_dims=64", *SMALL, "-p", "no:cacheprovider")
+    with not_an_xdist_worker():  # in process, as the usage errors below (a subprocess costs its imports, seconds)
+        res = pytester.runpytest_inprocess(*plugin_args(), "--parity-lowering", "sdpa", "--parity-profile", "ci",
+                                           "--parity-device", "cpu", "--parity-limit", "head_dims=64", *SMALL, "-p",
+                                           "no:cacheprovider")
     assert_outcomes(res, passed=1)
     broken = pytester.path / "broken.py"
     broken.write_text("def oops(:\n")
