@@ -454,6 +454,19 @@ def test_the_builds_values_do_not_depend_on_the_page_tables_dtype():
             assert torch.equal(rb.bit_view(getattr(a, name)), rb.bit_view(getattr(b, name))), name
 
 
+def test_the_counter_builds_values_do_not_depend_on_its_tile(monkeypatch):
+    """Under the interpreter the build runs 128 positions a program, compiled 16 (`_device_values`): the same
+    values either way, a value keyed by its seed, position and element only. Fails for a tile-keyed stream."""
+    from oracle import _device_values
+
+    case = _case(context_lens=[300, 0, 17], values="sink", value_keys=[1, 2, 3], layout="HND")
+    wide = materialize(case, build="counter")
+    monkeypatch.setattr(_device_values, "BLOCK_T_INTERPRETED", _device_values.BLOCK_T)
+    narrow = materialize(case, build="counter")
+    for name, t in wide.tensors().items():
+        assert torch.equal(_bits(t), _bits(narrow.tensors()[name])), name
+
+
 def test_the_counter_build_is_format_3s_only():
     case = _case()
     assert case.version == 3
