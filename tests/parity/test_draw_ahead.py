@@ -320,24 +320,26 @@ def test_only_the_first_claim_wins():
 
 
 @pytest.mark.parametrize("lowering,code", [("decode_rows", 0), ("my_windowed_merge", 1)])
-def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path, lowering, code):
+def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shards(tmp_path, lowering, code,
+                                                                                  restore_registry):
     """`check --jobs 2 --shards NAME=2` on CPU, the shards sharing one drawer (on) or drawing their own (off):
     the same cases, verdicts, figures and shrunk failures (the window-off-by-one mutant fails in both shards);
     the shared file removed at the end."""
     import json
-    import subprocess
-    import sys
 
+    from lowerings import registry
+    from tests import cli_runs
     from tests.parity.test_figures_unchanged import FAILURE_KEPT, KEPT, MUTANT
 
-    def run(mode):
+    def run(mode):  # in this process (its children forked or fresh, as always): no interpreter start for the parent
         report = tmp_path / mode
-        proc = subprocess.run([sys.executable, "-m", "parity.front.cli", "check", "--device", "cpu", "--plugin", str(MUTANT),
-                               "--lowering", lowering, "--jobs", "2", "--shards", f"{lowering}=2", "--max-examples",
-                               "30", "--seed", "3", "--no-isolate", "--no-hardening", "--quiet", "--limit",
-                               "max_batch=3", "--limit", "max_context=96", "--report", str(report), "--draw-ahead",
-                               mode], capture_output=True, text=True, timeout=600)
-        assert proc.returncode == code, proc.stderr[-2000:]
+        if "my_windowed_merge" in registry.names():
+            registry.unregister("my_windowed_merge")  # the plugin is loaded again
+        got, _, err = cli_runs.run(["check", "--device", "cpu", "--plugin", MUTANT, "--lowering", lowering, "--jobs", "2",
+                                    "--shards", f"{lowering}=2", "--max-examples", "30", "--seed", "3", "--no-isolate",
+                                    "--no-hardening", "--quiet", "--limit", "max_batch=3", "--limit", "max_context=96",
+                                    "--report", report, "--draw-ahead", mode])
+        assert got == code, err[-2000:]
         assert not list((report / "parts").glob("*.draws-of-*"))
         entry = json.loads((report / "parity.json").read_text())["lowerings"][lowering]
         kept = {k: entry.get(k) for k in KEPT}

@@ -127,15 +127,14 @@ def test_check_lowering_reduces_when_hypothesis_does_not_shrink():
     base = dict(max_examples=40, derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
                 suppress_health_check=list(HealthCheck))
     no_shrink = settings(phases=[Phase.explicit, Phase.generate], **base)
-    rep = check_lowering(lw, parity_policy.load(), strategy=strat, settings=no_shrink, opts=RunOptions(device="cpu"),
-                         flaky_runs=0)
+    judged = RunOptions(device="cpu", check_determinism=False, check_inputs_untouched=False)  # no re-runs: shrinking
+    rep = check_lowering(lw, parity_policy.load(), strategy=strat, settings=no_shrink, opts=judged, flaky_runs=0)
     assert rep.status == "fail" and rep.failures, rep.extra
     case = rep.failures[0].outcome.case
     assert case.batch_size == 1 and case.num_pages > 40, case.short()
     assert any("case reducer" in e for e in rep.extra), rep.extra
     with_shrink = settings(phases=[Phase.explicit, Phase.generate, Phase.shrink], **base)
-    rep2 = check_lowering(lw, parity_policy.load(), strategy=strat, settings=with_shrink,
-                          opts=RunOptions(device="cpu"), flaky_runs=0)
+    rep2 = check_lowering(lw, parity_policy.load(), strategy=strat, settings=with_shrink, opts=judged, flaky_runs=0)
     assert rep2.status == "fail" and not any("case reducer" in e for e in rep2.extra)
 
 
