@@ -496,8 +496,7 @@ def _start(argv, report: Path) -> tuple[subprocess.Popen, list[str]]:
     return proc, lines
 
 
-def _wait_for(lines: list[str], names, timeout=120.0) -> None:
-    """Until each of `names` has judged a case: its progress line ("  NAME: N cases, ..."), not its start-up line."""
+def _wait_for(lines: list[str], names, timeout=120.0) -> None:  # each judged a case: "  NAME: N cases, ..."
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not all(
             any(ln.startswith(f"  {n}: ") and " cases, " in ln for ln in list(lines)) for n in names):
