@@ -4,7 +4,7 @@
 # tree the issue was filed on (main 1933668, carried as .base/) on one machine, one after the other: a fill pass
 # each (limit FILL s: JIT caches), then PASSES warm passes each, alternating. "cases in" is the figure of record.
 # lab/gpu_issue48_flashinfer.sh (or lab/gpu_session.sh's set-up) ran before on this machine.
-#   OUT=dir FILL=130 PASSES=2 bash lab/gpu_issue48_run11.sh
+#   OUT=dir FILL=130 PASSES=2 [EXCLUDE='context[flashinfer-fa3]'] bash lab/gpu_issue48_run11.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/run11.log") 2>&1
@@ -13,7 +13,8 @@ PROD_OFF="--limit max_production_context=0 --limit max_production_batch=2 --limi
 L=(context[flashinfer-fa2] context[flashinfer-fa3] decode_rows[flashinfer] decode_rows[flashinfer-tc]
    windowed_merge[flashinfer-eager] windowed_merge[flashinfer-compiled] windowed_merge[flashinfer-triton]
    windowed_merge[flashinfer-merge_state] hybrid_paged hybrid_paged[splits=4] windowed_merge[triton])
-largs=(); for l in "${L[@]}"; do largs+=(--lowering "$l"); done
+largs=(); for l in "${L[@]}"; do [[ " ${EXCLUDE:-} " == *" $l "* ]] || largs+=(--lowering "$l"); done  # EXCLUDE: names
+echo "lowerings: ${largs[*]}"
 sweep() {  # $1 tree (new|base), $2 pass, $3 limit, $4 compiled-merge shards
   local dir=$PWD mod=parity.front.cli
   [ "$1" = base ] && dir=$PWD/.base && mod=parity.cli
