@@ -10,7 +10,7 @@ jobs and warm-up), each on the least busy of the visible GPUs when there are sev
 `preload` is given) or started as fresh interpreters.
 
 Children never outlive this process. On KeyboardInterrupt (SIGINT, SIGTERM or SIGHUP: `parity.exec.interrupt`) each
-running child gets SIGINT and up to a grace period to write what it has; jobs not yet started are never started.
+running child gets SIGTERM and up to a grace period to write what it has; jobs not yet started are never started.
 
 Each child's CPU seconds (its isolated workers' included: `Job.workers_cpu`) end its "done" line, and their sum ends
 the run (`cpu_line`): where every child is bound by its CPU, their sum over the cores is the wall's floor.
@@ -161,7 +161,7 @@ def run_jobs(jobs: Sequence[Job], *, processes: int, env: dict[str, str], gpus: 
     (`parity.exec.gpus.GpuSlots`), forked from a prefork importing `preload` (None: fresh interpreters); `say`
     gets each start, end and the CPU line. Returns ({label: exit code} of the jobs that ran, interrupted).
 
-    On KeyboardInterrupt each running child gets SIGINT and up to `grace` seconds to end; the jobs not yet started
+    On KeyboardInterrupt each running child gets SIGTERM and up to `grace` seconds to end; the jobs not yet started
     have no exit code."""
     t0 = time.perf_counter()
     forks = _Forks(preload if len(jobs) > 1 else None, env, say)

@@ -5,9 +5,11 @@
 descendants included, are then `cpu_seconds(proc)`: a job whose CPU time is near its wall time waits on
 nothing but the cores), and polls for a SIGINT the interpreter swallowed
 (`parity.exec.interrupt.raise_if_requested`). On KeyboardInterrupt with a `grace`, each running child gets
-SIGINT and up to `grace` seconds to finish (to write its partial part); without one the interrupt goes
-on up. Children never outlive the pool: started with `child_kwargs()`, each leads its own process group
-and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
+SIGTERM and up to `grace` seconds to finish (to write its partial part); without one the interrupt goes
+on up. SIGTERM, not SIGINT: a child handles both alike once it runs (`parity.exec.interrupt.installed(force=True)`),
+but one still starting has no handler yet, and may have inherited SIGINT ignored (a background job, a pytest-xdist
+worker): SIGINT was then lost and the child ran its cases to the end; SIGTERM's default ends it.
+Children never outlive the pool: started with `child_kwargs()`, each leads its own process group and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
 on every exit path through `run_pool` its whole group is killed in a `finally`.
 
 Public: `run_pool`, `child_kwargs`, `die_with_parent`, `stop_group`, `cpu_seconds`, `process_alive`.
@@ -171,7 +173,7 @@ def run_pool(tasks: Sequence[T], start: Callable[[T], subprocess.Popen], size: i
         say(f"interrupted: asking {len(running)} running {what} to write their partial reports (up to {grace:g} s); "
             f"{len(pending)} not started")
         for proc, _ in running.values():
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)  # not SIGINT: see the module docstring
         deadline = time.perf_counter() + grace
         try:
             while running and time.perf_counter() < deadline:
