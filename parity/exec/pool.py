@@ -9,8 +9,9 @@ SIGTERM and up to `grace` seconds to finish (to write its partial part); without
 on up. SIGTERM, not SIGINT: a child handles both alike once it runs (`parity.exec.interrupt.installed(force=True)`),
 but one still starting has no handler yet, and may have inherited SIGINT ignored (a background job, a pytest-xdist
 worker): SIGINT was then lost and the child ran its cases to the end; SIGTERM's default ends it.
-Children never outlive the pool: started with `child_kwargs()`, each leads its own process group and gets SIGKILL from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and
-on every exit path through `run_pool` its whole group is killed in a `finally`.
+Children never outlive the pool: started with `child_kwargs()`, each leads its own process group and gets SIGKILL
+from the kernel when this process ends, however it ends (Linux `PR_SET_PDEATHSIG`), and on every exit path through
+`run_pool` its whole group is killed in a `finally`.
 
 Public: `run_pool`, `child_kwargs`, `die_with_parent`, `stop_group`, `cpu_seconds`, `process_alive`.
 """
