@@ -47,13 +47,26 @@ def _nearest_bf16(x):
 
 
 @triton.jit
+def _f64(x, UPCAST: tl.constexpr):
+    """A 16-bit (or fp8) tile as fp64, exactly (through fp32). Compiled, the conversion is an inline `cvt.f64.f32`
+    marked impure: triton 3.6 hoists a plain `.to(tl.float64)` into the fp64 dot's operand layout, which it then
+    fails to lower from a 16-bit load (`ConvertTritonGPUToLLVM`); an impure op is not hoisted. The interpreter
+    (`UPCAST`) converts directly."""
+    if UPCAST:
+        return x.to(tl.float32).to(tl.float64)
+    else:
+        return tl.inline_asm_elementwise("cvt.f64.f32 $0, $1;", "=d,f", [x.to(tl.float32)], dtype=tl.float64,
+                                         is_pure=False, pack=1)
+
+
+@triton.jit
 def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
           qk_scale, v_scale, left, right, fbk, fbk_right, K,
           V_SPLIT: tl.constexpr, UPCAST: tl.constexpr, ROUND_P: tl.constexpr, F64: tl.constexpr = False):
     """Fold one tile of keys `t [BLOCK_N]` (values `k, v [BLOCK_N, D_PAD]`) into the online softmax; `fbk`
     (0/1, run time): part B of a windowed merge, only the later block keys."""
     if F64:  # through fp32 (exact): fp8 converts to fp64 no other way
-        s = tl.dot(q.to(tl.float32).to(tl.float64), tl.trans(k.to(tl.float32).to(tl.float64)))
+        s = tl.dot(_f64(q, UPCAST), tl.trans(_f64(k, UPCAST)))
     elif UPCAST:
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
     else:
@@ -77,7 +90,7 @@ def _tile(q, k, v, t, t_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
     p = tl.exp(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     if F64:
-        pv = tl.dot(p, v.to(tl.float32).to(tl.float64))
+        pv = tl.dot(p, _f64(v, UPCAST))
     elif ROUND_P:  # the yardstick's order: P in q's dtype before P.V, as flash kernels feed the tensor cores
         if UPCAST:
             if q.dtype == tl.bfloat16:
