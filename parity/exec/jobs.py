@@ -140,10 +140,10 @@ class _Running:
         return self.procs[job]
 
     def done(self, job: Job, code: int, seconds: float) -> None:
+        self.exits[job.label] = code  # first: whatever interrupts the rest, the report says how the child ended
         log, gpu = self.held.pop(job)
         log.close()
         self.gpus.give_back(gpu)
-        self.exits[job.label] = code
         cpu = pool.cpu_seconds(self.procs.pop(job))
         workers = _read_seconds(job.workers_cpu)
         used = ""

@@ -53,7 +53,7 @@ def run_jobs(session: Any, names: Sequence[str], shards: dict[str, int] | None =
     """Check `names` in up to `session.config.jobs` child processes (`shards[name]` of them for a sharded
     lowering); returns (merged report data, interrupted).
 
-    On KeyboardInterrupt each running child gets SIGINT and up to `grace` seconds to write its partial part
+    On KeyboardInterrupt each running child gets SIGTERM and up to `grace` seconds to write its partial part
     (its lowering then fails as "interrupted after N cases"); lowerings not yet started are reported as
     never started. The merged report is returned either way, with the session's header on top."""
     config, report_dir = session.config, Path(session.config.report)

@@ -106,7 +106,8 @@ def test_jobs_parent_keeps_the_report_through_a_double_sigint(tmp_path):
     data = json.loads((report / "parity.json").read_text())
     for name in ("decode_rows", "sdpa"):
         v = data["lowerings"][name]
-        assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), (name, v["notes"], out)
+        assert v["status"] == "fail" and any("interrupted after" in n for n in v["notes"]), \
+            f"{name}: {v['notes']}\n--- the parent's output ---\n{out}"  # a string: shown whole, not cut
     assert "interrupted again" not in out
 
 
