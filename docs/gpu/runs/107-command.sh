@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 48 on the GPU: where run 11's command spends its time, this tree against main 1933668 (.base/): run 11's
+# command as lab/gpu_issue48_run11.sh runs it (a fill pass each, then PASSES warm passes alternating), then per
+# lowering and pass the report's seconds and `phase_seconds` (build, oracle, yardstick, lowering, judge, ...), and
+# the cases each tree judged in fp32 and fp64. Only the logs and one table come back ($OUT kept small).
+#   OUT=dir FILL=170 PASSES=2 EXCLUDE='context[flashinfer-fa3]' bash lab/gpu_issue48_phases.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+date -u +%Y-%m-%dT%H:%M:%SZ
+git log -1 --format='tree %h' 2>/dev/null || true
+STEPS=none bash lab/gpu_session.sh > /tmp/setup.log 2>&1
+head -3 /tmp/setup.log
+RUNS=/tmp/phases-runs; mkdir -p "$RUNS"
+OUT=$RUNS bash lab/gpu_issue48_run11.sh > "$OUT/run11.log" 2>&1
+grep -E "^==|cases in|exit code" "$OUT/run11.log"
+python3 - "$RUNS" > "$OUT/phases.txt" <<'PY'
+import glob, gzip, json, sys
+rows = []
+for f in sorted(glob.glob(sys.argv[1] + "/parity-*.json.gz")):
+    tag = f.rsplit("/", 1)[-1][len("parity-"):-len(".json.gz")]
+    d = json.load(gzip.open(f))
+    for name, v in d["lowerings"].items():
+        ph = v.get("phase_seconds") or {}
+        rows.append((name, tag, v.get("cases"), v.get("seconds"), ph, v.get("oracle")))
+keys = ["build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names"]
+print("lowering | pass | cases | seconds | " + " | ".join(keys) + " | oracle tally")
+for name, tag, n, s, ph, o in sorted(rows):
+    print(f"{name} | {tag} | {n} | {s} | " + " | ".join(str(ph.get(k, "")) for k in keys) + f" | {o}")
+PY
+cat "$OUT/phases.txt"
+date -u +%T
