@@ -125,9 +125,10 @@ _F64_READY: dict[str, bool] = {}
 
 
 def f64_ready(device: torch.device) -> bool:
-    """Whether this Triton compiles the kernel's `F64` variant for `device` (triton 3.6 cannot: its fp64 dot of
-    16-bit loads fails to lower, `RuntimeError: PassManager::run failed`; 3.9 can). Asked once per process and device
-    by attending a tiny case; where it cannot, the golden reference takes the torch engine in fp64 (slower)."""
+    """Whether this Triton compiles the kernel's `F64` variant for `device` (a compiler that fails on it, as triton 3.6
+    did before the variant's conversions became inline `cvt.f64.f32`, would fail every golden reference). Asked once per
+    process and device by attending a tiny case; where it cannot, the golden reference takes the torch engine in fp64
+    (slower)."""
     key = str(device)
     if key not in _F64_READY:
         case = variant_cases((64,), ("bfloat16",), ("same",), 1, 1, f64=True)[0]
