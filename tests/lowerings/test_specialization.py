@@ -25,7 +25,10 @@ from strategies import Limits, cases
 # Where the kernels take their tensors: the interpreter's CPU on CI, the GPU on a GPU runner.
 DEVICE = triton_device()
 
-SETTINGS = settings(max_examples=30, derandomize=True, deadline=None, database=None,
+# 15 derandomized draws per test (30 before): each test still draws as many shape families as with 30, and within
+# them moves the same run-time arguments across the same Triton classes (1 / divisible by 16 / other), which is what
+# lets the check fail; the interpreted kernels are nearly all of the time.
+SETTINGS = settings(max_examples=15, derandomize=True, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
 
 
@@ -195,11 +198,11 @@ def _record_graphs(monkeypatch) -> list[dict[int, set[int]]]:
 FAMILIES = ((7, 16, 2, -1), (5, 8, 1, -1), (3, 4, 2, 1), (7, 16, 2, -1))
 
 
-def _run_families(merge) -> None:
+def _run_families(merge, families=FAMILIES) -> None:
     import torch
 
     g = torch.Generator().manual_seed(0)
-    for K, Hq, Hkv, right in FAMILIES:
+    for K, Hq, Hkv, right in families:
         for B in (3, 9, 17):
             q = torch.randn(B, K, Hq, 64, generator=g).bfloat16()
             kv = torch.randn(2, B, K, Hkv, 64, generator=g).bfloat16()
@@ -245,7 +248,7 @@ def test_the_graph_check_sees_a_shared_compiled_function(monkeypatch):
     def merge(q, k, v, o_a, lse_a, *, scale, right):
         return shared(q, k, v, o_a, lse_a, scale, right, 2.0)
 
-    _run_families(merge)
+    _run_families(merge, FAMILIES[:2])  # graph 2 is the second family's first: the families after it add nothing
     bad = _only_batch_symbolic(graphs)
     assert "graph 2: tensor input 0 has symbolic dims [0, 1, 2]" in bad, bad  # q: B, K and Hq
 

@@ -108,12 +108,14 @@ def test_the_report_is_the_cli_report_and_xdist_workers_merge_into_it(pytester, 
     """`pytest -n 2 --parity-report DIR` (each lowering split into two shard items, one per worker) writes
     the files `check` writes, with the verdicts, counts and worst figures of a serial `check` of the same
     seed, and the shrunk failure; a second run replays the saved failure first."""
+    from lowerings import registry
     from parity.front import cli
 
     common = ["--max-examples", "8", "--profile", "ci", "--device", "cpu", "--seed", "11", "--flaky-runs", "0",
               "--limit", "max_batch=2", "--limit", "max_context=64", "--limit", "max_production_context=0"]
-    code = cli.main(["check", "--plugin", str(MUTANT), "--lowering", "sdpa", "--lowering", "my_windowed_merge",
-                     "--no-isolate", "--quiet", "--report", str(tmp_path / "cli"), *common])
+    with registry.restored():  # the in-process run below registers the plugin's lowering again
+        code = cli.main(["check", "--plugin", str(MUTANT), "--lowering", "sdpa", "--lowering", "my_windowed_merge",
+                         "--no-isolate", "--quiet", "--report", str(tmp_path / "cli"), *common])
     capsys.readouterr()
     assert code == 1
     pytester.makepyfile(test_other_repo=SWEEP)
@@ -139,10 +141,13 @@ def test_the_report_is_the_cli_report_and_xdist_workers_merge_into_it(pytester, 
     saved = json.loads((report / first["file"]).read_text())
     assert first["file"] == "failures/my_windowed_merge-1.json" and saved["case"] == first["case"]
     assert str(report / first["file"]) in saved["replay"]
-    # again, on the same report: the saved failure is replayed first and still fails
-    again = runpytest(pytester, "--parity-plugin", str(MUTANT), "--parity-lowering", "my_windowed_merge",
-                      "--parity-report", str(report), "-p", "no:cacheprovider",
-                      *[("--parity-" + a[2:]) if a.startswith("--") else a for a in common])
+    # again, on the same report: the saved failure is replayed first and still fails (in process: a serial
+    # session needs no fresh interpreter, and a subprocess costs its imports, seconds)
+    with not_an_xdist_worker():
+        again = pytester.runpytest_inprocess(*plugin_args(), "--parity-plugin", str(MUTANT), "--parity-lowering",
+                                             "my_windowed_merge", "--parity-report", str(report), "-p",
+                                             "no:cacheprovider",
+                                             *[("--parity-" + a[2:]) if a.startswith("--") else a for a in common])
     assert_outcomes(again, failed=1)
     again.stdout.fnmatch_lines(["*a saved failure still fails; fix it before new cases are drawn*"])
 
@@ -268,5 +273,7 @@ def test_a_pytester_session_is_not_an_xdist_worker(pytester, monkeypatch):
     the H200), and the worker's own environment is unchanged afterwards."""
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     pytester.makepyfile(test_env="import os\n\ndef test_env():\n    assert 'PYTEST_XDIST_WORKER' not in os.environ\n")
-    assert_outcomes(run_subprocess(pytester, "-p", "no:cacheprovider"), passed=1)
+    # The plugin left out (-p no:dflash_parity): what is checked is the environment run_subprocess gives, and the
+    # plugin's imports (torch) would be most of the run's time.
+    assert_outcomes(run_subprocess(pytester, "-p", "no:dflash_parity", "-p", "no:cacheprovider"), passed=1)
     assert os.environ["PYTEST_XDIST_WORKER"] == "gw3"
