@@ -335,9 +335,11 @@ def test_a_sharded_cpu_check_gives_the_same_report_with_one_drawer_for_its_shard
         report = tmp_path / mode
         if "my_windowed_merge" in registry.names():
             registry.unregister("my_windowed_merge")  # the plugin is loaded again
+        # 15 draws of small shapes: each shard still judges a dozen cases from the shared drawer (and both shards of
+        # the mutant fail and shrink), at half the CPU of 30 draws of max_batch=3, max_context=96
         got, _, err = cli_runs.run(["check", "--device", "cpu", "--plugin", MUTANT, "--lowering", lowering, "--jobs", "2",
-                                    "--shards", f"{lowering}=2", "--max-examples", "30", "--seed", "3", "--no-isolate",
-                                    "--no-hardening", "--quiet", "--limit", "max_batch=3", "--limit", "max_context=96",
+                                    "--shards", f"{lowering}=2", "--max-examples", "15", "--seed", "3", "--no-isolate",
+                                    "--no-hardening", "--quiet", "--limit", "max_batch=2", "--limit", "max_context=64",
                                     "--report", report, "--draw-ahead", mode])
         assert got == code, err[-2000:]
         assert not list((report / "parts").glob("*.draws-of-*"))

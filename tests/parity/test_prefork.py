@@ -22,13 +22,25 @@ TIMING = ("seconds", "phase_seconds")  # the fields of an entry that time the ru
 
 
 def run_two_jobs(report: Path, capsys) -> tuple[int, str]:
-    """`check` of sdpa and decode_rows, 2 draws each, in process, `--jobs 2` on CPU: (exit code, all it said)."""
+    """`check` of sdpa and decode_rows, 2 draws each, in process, `--jobs 2` on CPU: (exit code, all it said).
+    Without the hardening checks: these tests are about how the children start, and its profiler's first start
+    (hundreds of modules: `test_the_preload_holds_...`) costs a fresh or a prefork-less child more than its cases."""
     from parity.front import cli
 
     code = cli.main(["check", "--lowering", "sdpa", "--lowering", "decode_rows", "--max-examples", "2",
-                     "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(report)])
+                     "--no-hardening", "--no-isolate", "--device", "cpu", "--jobs", "2", "--report", str(report)])
     out = capsys.readouterr()
     return code, out.out + out.err
+
+
+def _refuse(env: dict, why: str, module: str | None = None):
+    """A fake `Prefork.start`'s refusal, ending the prefork the command's start-up launched early
+    (`parity.front.startup`) as a real refusal ends it: that one would have been the prefork refusing. (Left to the
+    command's end, it finished its imports for nothing: 5 s of CPU a run.)"""
+    early = prefork.adopt_early(env)
+    if early is not None:
+        early.kill()
+    raise prefork.PreforkError(why, module)
 
 
 def _figures(report: Path) -> dict:
@@ -105,8 +117,7 @@ def test_a_prefork_that_cannot_start_leaves_the_run_to_fresh_interpreters(tmp_pa
             pass
 
         def start(self, env, exclude=()):
-            raise prefork.PreforkError("importing flashinfer initialized CUDA, and a process forked after that "
-                                       "cannot use the GPU")
+            _refuse(env, "importing flashinfer initialized CUDA, and a process forked after that cannot use the GPU")
 
     monkeypatch.setattr(jobs, "Prefork", Refused)
     code, said = run_two_jobs(tmp_path, capsys)
@@ -125,8 +136,8 @@ def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsy
         def start(self, env, timeout=prefork.READY_TIMEOUT, exclude=()):
             tries.append(list(exclude))
             if not exclude:
-                raise prefork.PreforkError("importing torch._dynamo initialized CUDA, and a process forked after "
-                                           "that cannot use the GPU", "torch._dynamo")
+                _refuse(env, "importing torch._dynamo initialized CUDA, and a process forked after that cannot use "
+                        "the GPU", "torch._dynamo")
             return super().start(env, timeout, exclude)
 
     monkeypatch.setattr(jobs, "Prefork", RefusedOnce)
@@ -139,7 +150,7 @@ def test_a_prefork_refused_by_one_module_starts_again_without_it(tmp_path, capsy
 
     class RefusedTwice(prefork.Prefork):
         def start(self, env, timeout=prefork.READY_TIMEOUT, exclude=()):
-            raise prefork.PreforkError("importing torch initialized CUDA, ...", "torch")
+            _refuse(env, "importing torch initialized CUDA, ...", "torch")
 
     monkeypatch.setattr(jobs, "Prefork", RefusedTwice)
     code, said = run_two_jobs(tmp_path / "b", capsys)
@@ -160,22 +171,30 @@ def _log(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_a_forked_childs_exit_code_cpu_and_output_come_back(tmp_path):
-    """A bad part spec: the child prints its usage error (stderr) and exits 2; its stdout goes to its log."""
+@pytest.fixture(scope="module")
+def started_prefork():
+    """One prefork (the default preload) for the tests of what each child it forks gets: a start imports torch and
+    the rest (4 s of CPU), and nothing these tests check is the prefork's own or left in it by a child."""
     pf = prefork.Prefork().start(dict(os.environ))
     try:
-        assert pf.ready_cpu > 0 and "torch" in pf.modules
-        log = _log(tmp_path, "bad")
-        child = pf.spawn([sys.executable, "-m", "parity.front.child", "--part", "{not json"], dict(os.environ), log)
-        assert child.wait(60) == 2
-        from parity.exec import pool
-
-        assert pool.cpu_seconds(child) is not None and pool.cpu_seconds(child) >= 0
-        log2 = _log(tmp_path, "usage")
-        child2 = pf.spawn([sys.executable, "-m", "parity.front.child"], dict(os.environ), log2)
-        assert child2.wait(60) == 2  # no --part: the usage line, exit 2 (EXIT_USAGE)
+        yield pf
     finally:
         pf.close()
+
+
+def test_a_forked_childs_exit_code_cpu_and_output_come_back(tmp_path, started_prefork):
+    """A bad part spec: the child prints its usage error (stderr) and exits 2; its stdout goes to its log."""
+    pf = started_prefork
+    assert pf.ready_cpu > 0 and "torch" in pf.modules
+    log = _log(tmp_path, "bad")
+    child = pf.spawn([sys.executable, "-m", "parity.front.child", "--part", "{not json"], dict(os.environ), log)
+    assert child.wait(60) == 2
+    from parity.exec import pool
+
+    assert pool.cpu_seconds(child) is not None and pool.cpu_seconds(child) >= 0
+    log2 = _log(tmp_path, "usage")
+    child2 = pf.spawn([sys.executable, "-m", "parity.front.child"], dict(os.environ), log2)
+    assert child2.wait(60) == 2  # no --part: the usage line, exit 2 (EXIT_USAGE)
 
 
 PLUGIN = ("import os, time\nfrom lowerings import register\nfrom lowerings.torch_emulation import Sdpa\n"
@@ -199,23 +218,20 @@ def _part_argv(tmp_path: Path, examples: int) -> list[str]:
     return child_argv(config, Part("probe"))
 
 
-def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path):
+def test_a_forked_child_gets_its_own_environment_and_process_group(tmp_path, started_prefork):
     """`CUDA_VISIBLE_DEVICES` and the MPS pipe differ per child: the child's env is the one asked for, not
     the prefork's; it leads its own process group (a Ctrl-C at the terminal reaches the parent only)."""
-    pf = prefork.Prefork().start(dict(os.environ))
-    try:
-        out = tmp_path / "seen"
-        env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.01"}
-        child = pf.spawn(_part_argv(tmp_path, 3), env, _log(tmp_path, "env"))
-        deadline = time.monotonic() + 10
-        while os.getpgid(child.pid) != child.pid and time.monotonic() < deadline:  # its setsid, just after the fork
-            time.sleep(0.01)
-        assert os.getpgid(child.pid) == child.pid
-        assert child.wait(120) == 0, (tmp_path / "env.log").read_text()
-        assert out.read_text() == "child-7"
-        assert "probe" in (tmp_path / "env.log").read_text()  # its stdout (the part's table) went to its log
-    finally:
-        pf.close()
+    pf = started_prefork
+    out = tmp_path / "seen"
+    env = {**os.environ, "DFLASH_PREFORK_PROBE": "child-7", "PROBE_OUT": str(out), "PROBE_SLEEP": "0.01"}
+    child = pf.spawn(_part_argv(tmp_path, 3), env, _log(tmp_path, "env"))
+    deadline = time.monotonic() + 10
+    while os.getpgid(child.pid) != child.pid and time.monotonic() < deadline:  # its setsid, just after the fork
+        time.sleep(0.01)
+    assert os.getpgid(child.pid) == child.pid
+    assert child.wait(120) == 0, (tmp_path / "env.log").read_text()
+    assert out.read_text() == "child-7"
+    assert "probe" in (tmp_path / "env.log").read_text()  # its stdout (the part's table) went to its log
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
