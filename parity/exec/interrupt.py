@@ -34,8 +34,6 @@ import signal
 import time
 from typing import Callable, Iterator
 
-from parity.engine import ports
-
 
 SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
 
@@ -95,6 +93,8 @@ def installed(force: bool = False) -> Iterator[SigintOnce | None]:
     if blocked:
         mask(signal.SIG_UNBLOCK, blocked)
     _active = handler
+    from parity.engine import ports  # here: the engine imports torch, which the front ends' start-up
+    #                                    (parity.front.startup, importing this module) launches the prefork before
     try:
         with ports.installed(stop=SignalStop()):  # the engine's stop request reads this handler for the block
             yield handler

@@ -95,3 +95,26 @@ def test_a_second_definition_of_an_exit_code_is_caught(tmp_path):
     (tmp_path / "parity" / "front" / "exit_codes.py").write_text("EXIT_OK, EXIT_FAIL = 0, 1\n")
     (tmp_path / "parity" / "front" / "cli.py").write_text("import x\nEXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2\n")
     assert exit_code_definitions(tmp_path) == ["parity/front/cli.py: EXIT_OK, EXIT_FAIL, EXIT_USAGE"]
+
+
+def _imports_torch(module: str, plant: str = "") -> bool:
+    """Whether importing `module` in a fresh interpreter imports torch (`plant`: code run first, a seeded violation)."""
+    code = f"import sys\n{plant}\nimport {module}\nsys.exit(0 if 'torch' in sys.modules else 3)"
+    res = subprocess.run([os.sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode in (0, 3), res.stderr
+    return res.returncode == 0
+
+
+@pytest.mark.parametrize("module", ["parity.front.startup", "parity.front.pytest_plugin"])
+def test_the_start_up_imports_no_torch(module):
+    """The start-up launches the `--jobs` prefork before torch is imported (its imports then overlap this process's),
+    and a pytest session loading the plugin (a foreign suite's, xdist's controller) pays no torch import for it: the
+    start-up's module and the plugin's import none (importing `parity.exec.interrupt` once pulled the engine's ports,
+    and torch with them, into both)."""
+    assert not _imports_torch(module)
+
+
+def test_a_start_up_that_imports_torch_is_caught():
+    """The check above fails on a start-up whose imports reach torch (here: the engine's ports imported first by a
+    module the start-up imports, as `parity.exec.interrupt` did)."""
+    assert _imports_torch("parity.front.startup", plant="import parity.exec.interrupt, parity.engine.ports")
