@@ -1,9 +1,11 @@
-"""Launcher of the oracle's Triton engine (`_fast_kernel.py`) and the fp32 combine of its splits.
+"""Launcher of the oracle's Triton engine: the attention kernel (`_fast_kernel.py`), then the merge of its key-range
+splits (`_finish_kernel.py`), two launches in all.
 
-`attention_triton(inputs, window, future_block_keys_right)` returns `(out [B, K, Hq, D], lse [B, K, Hq])`
-in fp32, natural-log LSE, empty rows `(0, -inf)`: the torch engine's contract. Extra device memory:
-the split partials, `splits * B * Hkv * rows * (D + 2) * 4` bytes (16 MiB at B=32, Hkv=8, K*G=56, D=128,
-2 splits), and the combine's temporaries of the same order; never a score matrix, never a copy of K/V.
+`attention_triton(inputs, window, future_block_keys_right)` returns `(out [B, K, Hq, D], lse [B, K, Hq], figures)`:
+`out` and the natural-log LSE in the precision asked (fp32 or fp64), empty rows `(0, -inf)`, the torch engine's
+contract; `figures [programs, 5]` fp64, the output's statistics per program (`oracle.reference.OutputSummary` reads
+them in one transfer). Extra device memory: the split partials, `splits * B * Hkv * rows * (D + 2) * 4` bytes (16 MiB
+at B=32, Hkv=8, K*G=56, D=128, 2 splits; twice that in fp64); never a score matrix, never a copy of K/V.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def plan_splits(programs: int, max_keys: int, device: torch.device, block_n: int
 def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_right: int | None,
                      *, splits: int | None = None, upcast: bool | None = None, kv_rounded: bool = False,
                      round_p: bool = False, precision: torch.dtype = torch.float32
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Triton engine's `(out, lse)` in `precision` (fp32: exact products, fp32 sums; fp64: the `F64` variant,
-    fp64 throughout, in smaller tiles); `kv_rounded` and `round_p` (fp32 only): the yardstick's reading and order."""
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Triton engine's `(out, lse, figures)` in `precision` (fp32: exact products, fp32 sums; fp64: the `F64`
+    variant, fp64 throughout, in smaller tiles); `kv_rounded` and `round_p` (fp32 only): the yardstick's reading and
+    order."""
     from oracle import _fast_kernel as fk
 
     f64 = precision == torch.float64
@@ -96,8 +99,7 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
     ls = torch.empty((n_splits, programs, r_tot), dtype=acc_t, device=dev)
     f64_args = {}
     if f64:  # the scales in fp64 (Python floats, exact), read by the kernel from a tensor
-        sc = torch.tensor([float(c.softmax_scale) * k_scale, v_scale, float(c.softmax_scale)], dtype=torch.float64)
-        f64_args = {"F64": True, "SC": sc.to(dev, non_blocking=True)}
+        f64_args = {"F64": True, "SC": _scales(dev, float(c.softmax_scale) * k_scale, v_scale, float(c.softmax_scale))}
     grid = (programs, n_rb, n_splits)
     fk.ORACLE_KERNEL[grid](
         q, kp, vp, kb, vb, pt, lens, acc, m, ls,
@@ -114,11 +116,82 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         **f64_args,
         num_warps=4, num_stages=2,
     )
-    out, lse = combine_splits(acc, m, ls)
-    out = out.view(B, Hkv, r_tot, d_pad)[:, :, :R, :D].reshape(B, Hkv, K, G, D)
-    out = out.permute(0, 2, 1, 3, 4).reshape(B, K, Hq, D)
-    lse = lse.view(B, Hkv, r_tot)[:, :, :R].reshape(B, Hkv, K, G).permute(0, 2, 1, 3).reshape(B, K, Hq)
-    return out, lse
+    return finish(acc, m, ls, c, block_r, upcast=bool(upcast))
+
+
+def finish(acc: torch.Tensor, m: torch.Tensor, ls: torch.Tensor, c: Case, block_r: int, *, upcast: bool
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The split partials `acc [S, B * Hkv, R_TOT, D_PAD]`, `m`, `ls [S, B * Hkv, R_TOT]` of case `c` (row blocks of
+    `block_r`) merged and normalized by `oracle/_finish_kernel.py`: `(out [B, K, Hq, D], lse [B, K, Hq], figures
+    [B * Hkv * row_blocks, 5])`, `out` and the natural-log `lse` in the partials' dtype, `figures` fp64 (that module's
+    docstring). One launch: no combine, reorder or statistics in torch ops."""
+    from oracle import _finish_kernel as fin
+
+    B, K, Hq, Hkv, D = c.batch_size, c.block_size, c.num_q_heads, c.num_kv_heads, c.head_dim
+    S, P, r_tot, d_pad = acc.shape
+    n_rb = r_tot // block_r
+    dev = acc.device
+    out = torch.empty((B, K, Hq, D), dtype=acc.dtype, device=dev)
+    lse = torch.empty((B, K, Hq), dtype=acc.dtype, device=dev)
+    figures = torch.empty((P * n_rb, 5), dtype=torch.float64, device=dev)
+    fin.FINISH_KERNEL[(P, n_rb)](
+        acc, m, ls, out, lse, figures, S, P, r_tot, Hkv, K, c.group_size,
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1), lse.stride(2),
+        D=D, D_PAD=d_pad, BLOCK_R=block_r, num_warps=4,
+    )
+    return out, lse, figures
+
+
+BLOCK_T = 64  # the statistics kernel's key tile
+
+
+def stats_triton(inputs: Inputs) -> torch.Tensor:
+    """`oracle/_stats_kernel.py`'s `[B * Hkv * T_SPLITS, 5]` fp32 statistics of `inputs` (that module's docstring:
+    per request, KV head and split of the owned positions, the largest query norm, pool key norm and `|v|`, block key
+    norm and `|v|`, scales not applied), one launch; `oracle.precision.case_stats` reduces them on the host."""
+    from oracle import _stats_kernel as sk
+
+    c = inputs.case
+    B, K, Hkv, D, G = c.batch_size, c.block_size, c.num_kv_heads, c.head_dim, c.group_size
+    dev = inputs.q.device
+    q, kb, vb, kp, vp = (t if t.stride(-1) == 1 else t.contiguous()
+                         for t in (inputs.q, inputs.k_block, inputs.v_block, inputs.k_pool, inputs.v_pool))
+    if c.layout == "NHD":
+        kps, vps = (kp.stride(0), kp.stride(1), kp.stride(2)), (vp.stride(0), vp.stride(1), vp.stride(2))
+    else:
+        kps, vps = (kp.stride(0), kp.stride(2), kp.stride(1)), (vp.stride(0), vp.stride(2), vp.stride(1))
+    appended = c.block_storage == "appended"
+    most = max(c.context_lens, default=0) + (K if appended else 0)
+    programs = B * Hkv
+    n_t = max(1, min(math.ceil(2 * _sm_count(dev) / max(1, programs)), math.ceil(most / (4 * BLOCK_T))))
+    per = math.ceil(math.ceil(max(most, 1) / n_t) / BLOCK_T) * BLOCK_T
+    pt = page_table_int32(inputs.page_table)
+    stats = torch.empty((programs * n_t, 5), dtype=torch.float32, device=dev)
+    sk.STATS_KERNEL[(programs, n_t)](
+        q, kp, vp, kb, vb, pt, inputs.context_lens, stats,
+        q.stride(0), q.stride(1), q.stride(2), *kps, *vps,
+        kb.stride(0), kb.stride(1), kb.stride(2), vb.stride(0), vb.stride(1), vb.stride(2),
+        pt.stride(0), pt.stride(1), Hkv, int(appended), K, G, c.page_size, per,
+        D=D, D_PAD=_pow2_at_least(D), BLOCK_R=min(MAX_BLOCK_R, _pow2_at_least(K * G)), BLOCK_T=BLOCK_T,
+        K_PAD=_pow2_at_least(K), num_warps=4,
+    )
+    return stats
+
+
+_SCALES: dict[tuple, torch.Tensor] = {}
+_SCALES_KEPT = 256
+
+
+def _scales(dev: torch.device, *values: float) -> torch.Tensor:
+    """`values` as an fp64 tensor on `dev`, kept for the next case with the same scales (a sweep repeats a few): no
+    host-to-device copy per launch. At most `_SCALES_KEPT` kept (the oldest dropped)."""
+    key = (str(dev), values)
+    t = _SCALES.get(key)
+    if t is None:
+        if len(_SCALES) >= _SCALES_KEPT:
+            _SCALES.pop(next(iter(_SCALES)))
+        t = _SCALES[key] = torch.tensor(values, dtype=torch.float64).to(dev)
+    return t
 
 
 _F64_READY: dict[str, bool] = {}
@@ -162,22 +235,3 @@ def variant_cases(head_dims: tuple[int, ...], dtypes: tuple[str, ...], kv_dtypes
                                     page_size=16, pages=(tuple(range(n)),), num_pages=n + 1, dtype=dtype,
                                     kv_dtype=kv, k_scale=1.0, v_scale=1.0, seed=1))
     return out
-
-
-def combine_splits(acc: torch.Tensor, m: torch.Tensor, ls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge split partials in fp32: `acc [S, P, R, D]` (unnormalized), running max `m` and sum `ls`
-    `[S, P, R]` -> `out [P, R, D]`, natural-log `lse [P, R]`; rows no split saw give `(0, -inf)`."""
-    if acc.shape[0] == 1:
-        mm, l, a = m[0], ls[0], acc[0]
-    else:
-        mmax = m.amax(0)
-        safe = torch.where(torch.isinf(mmax), torch.zeros_like(mmax), mmax)
-        w = torch.exp(m - safe)  # exp(-inf) = 0 for empty splits
-        l = (w * ls).sum(0)
-        a = (w.unsqueeze(-1) * acc).sum(0)
-        mm = mmax
-    has = l > 0
-    one = torch.ones_like(l)
-    out = torch.where(has.unsqueeze(-1), a / torch.where(has, l, one).unsqueeze(-1), torch.zeros_like(a))
-    lse = torch.where(has, mm + torch.log(torch.where(has, l, one)), torch.full_like(l, float("-inf")))
-    return out, lse

@@ -18,7 +18,7 @@ product is exact and every sum is an fp32 sum. The tensor cores are used without
 - `F64` (the golden reference, `oracle.reference.attention(precision=torch.float64)` on a GPU): q, k and v in fp64,
   fp64 dots, softmax and accumulators, the scales read in fp64 from `SC` (`[scale * k_scale, v_scale, scale]`).
 - exponentials and the online softmax in fp32, like the torch engine; splits of the key range across
-  programs (flash-decoding) combine in fp32 in `combine_splits`.
+  programs (flash-decoding) merge in `_finish_kernel.py` (fp64, rounded once to the partials' dtype).
 
 Grid `(B * Hkv, row_blocks, splits)`: a program takes `BLOCK_R` query rows `r = i * G + g` (query `i`,
 head `h * G + g`) of one request and KV head, and one split of the request's key positions; it reads

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from oracle.dtypes import TORCH_DTYPES
+from oracle.dtypes import TORCH_DTYPES, interpreting
 from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
 
@@ -118,15 +119,80 @@ def bound(stats: CaseStats, precision: torch.dtype = torch.float32, engine: str 
     return ErrorBound(name, engine, out_abs, lse_const, 2 * u, ds)
 
 
-def case_stats(inputs: Inputs) -> CaseStats:
+def case_stats(inputs: Inputs, engine: str = "auto") -> CaseStats:
     """`CaseStats` of `inputs` (module docstring): per-slot norms and max |v| of the pool, read through the page table
     (never a canary slot: only keys a request owns), and of the dense block. Reductions in fp32 over the stored
-    values (scales applied after), each rounded up by `STATS_MARGIN`."""
+    values (scales applied after), each rounded up by `STATS_MARGIN`. `engine`: "torch" (torch ops), "triton" (one
+    launch of `oracle/_stats_kernel.py`: CUDA tensors, or CPU ones under the interpreter), "auto" (Triton on CUDA where
+    it runs, else torch)."""
+    return pending_case_stats(inputs, engine)()
+
+
+def pending_case_stats(inputs: Inputs, engine: str = "auto") -> Callable[[], CaseStats]:
+    """`case_stats(inputs, engine)` in two steps: the device reductions start now, the returned function reads them
+    (one host transfer, waiting for the device) and reduces the per-program figures on the host. The torch engine
+    computes everything when the function is called."""
+    if engine not in ("auto", *ENGINES):
+        raise InvalidInput("engine", f"one of ('auto', 'torch', 'triton'), got {engine!r}")
+    if engine == "auto":
+        engine = "triton" if inputs.q.device.type == "cuda" and _triton_importable() else "torch"
+    if engine == "torch":
+        return lambda: _case_stats_torch(inputs)
+    if not (_triton_importable() and (inputs.q.device.type == "cuda" or interpreting())):
+        raise InvalidInput("engine", f"'torch' or 'auto' for tensors on {inputs.q.device}: the Triton engine needs "
+                           "triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU ones)")
+    from oracle._fast import stats_triton
+
+    peaks = stats_triton(inputs)
+    return lambda: _from_peaks(inputs, peaks.tolist())
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _scales_of(inputs: Inputs) -> tuple[float, float]:
+    """`(|k_scale|, |v_scale|)` where the pool is fp8 (the stored values are scaled when read), else `(1, 1)`."""
+    c = inputs.case
+    if inputs.k_pool.dtype == TORCH_DTYPES["float8_e4m3fn"]:
+        return abs(c.k_scale), abs(c.v_scale)
+    return 1.0, 1.0
+
+
+def _finished(inputs: Inputs, A: float, V: float) -> CaseStats:
+    c = inputs.case
+    A, V = A * STATS_MARGIN, V * STATS_MARGIN
+    if not (math.isfinite(A) and math.isfinite(V)):
+        A, V = math.inf, math.inf
+    return CaseStats(A=A, V=V, n=max(c.context_lens, default=0) + c.block_size, D=c.head_dim)
+
+
+def _from_peaks(inputs: Inputs, rows: list[list[float]]) -> CaseStats:
+    """`CaseStats` from the statistics kernel's rows `[qn, pool kn, pool |v|, block kn, block |v|]`, `T` rows per
+    (request, KV head) pair in order (`oracle._fast.stats_triton`): A over pairs, in fp64 (Python floats)."""
+    ks, vs = _scales_of(inputs)
+    per = len(rows) // max(1, inputs.case.batch_size * inputs.case.num_kv_heads)
+    A = V = 0.0
+    for p0 in range(0, len(rows), max(per, 1)):
+        part = rows[p0: p0 + per]
+        qn = max(r[0] for r in part)
+        kn = max(max(r[1] for r in part) * ks, max(r[3] for r in part))
+        A = max(A, qn * kn)
+        V = max(V, max(r[2] for r in part) * vs, max(r[4] for r in part))
+    return _finished(inputs, A * abs(inputs.case.softmax_scale), V)
+
+
+def _case_stats_torch(inputs: Inputs) -> CaseStats:
+    """The torch engine of `case_stats`."""
     c = inputs.case
     B, K, Hkv, G = c.batch_size, c.block_size, c.num_kv_heads, c.group_size
     f32 = torch.float32
     qn = torch.linalg.vector_norm(inputs.q.to(f32), dim=-1).view(B, K, Hkv, G).amax(dim=(1, 3))  # [B, Hkv]
-    ks, vs = (abs(c.k_scale), abs(c.v_scale)) if inputs.k_pool.dtype == TORCH_DTYPES["float8_e4m3fn"] else (1.0, 1.0)
+    ks, vs = _scales_of(inputs)
     k_slot, v_slot = (_slot_reduce(p, c.layout) for p in (inputs.k_pool, inputs.v_pool))  # [pages, ps, Hkv]
     kn, vmax = _owned_max(inputs, k_slot, v_slot)  # [B, Hkv], [B, Hkv]
     kn, vmax = kn * ks, vmax * vs
@@ -134,10 +200,7 @@ def case_stats(inputs: Inputs) -> CaseStats:
         kn = torch.maximum(kn, torch.linalg.vector_norm(inputs.k_block.to(f32), dim=-1).amax(dim=1))
         vmax = torch.maximum(vmax, inputs.v_block.to(f32).abs().amax(dim=(1, 3)))
     A, V = torch.stack([(qn.double() * kn.double()).amax() * abs(c.softmax_scale), vmax.double().amax()]).tolist()
-    A, V = A * STATS_MARGIN, V * STATS_MARGIN
-    if not (math.isfinite(A) and math.isfinite(V)):
-        A, V = math.inf, math.inf
-    return CaseStats(A=A, V=V, n=max(c.context_lens, default=0) + K, D=c.head_dim)
+    return _finished(inputs, A, V)
 
 
 def _slot_reduce(pool: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,16 +23,31 @@ from oracle.case import Case
 from oracle.dtypes import TORCH_DTYPES, interpreting, torch_dtype
 from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
+from oracle.summary import OutputSummary, summary_of_figures, summary_of_tensors
 
 DEFAULT_CHUNK = 2048
 
 
 @dataclass(frozen=True)
 class OracleResult:
-    """`out`: `[B, K, Hq, D]`, `lse`: `[B, K, Hq]` natural log, both in the compute precision."""
+    """`out`: `[B, K, Hq, D]`, `lse`: `[B, K, Hq]` natural log, both in the compute precision. `figures`: the Triton
+    engine's per-program statistics of both (`oracle/_finish_kernel.py`), which `summary()` reads instead of
+    reducing `out` and `lse` with torch ops; None from the torch engine."""
 
     out: torch.Tensor
     lse: torch.Tensor
+    figures: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def summary(self) -> OutputSummary:
+        """`OutputSummary` of this result (one transfer, waiting for the device; kept for later calls)."""
+        kept = self.__dict__.get("_summary")
+        if kept is None:
+            if self.figures is not None:
+                kept = summary_of_figures(self.figures, self.out.numel())
+            else:
+                kept = summary_of_tensors(self.out, self.lse)
+            object.__setattr__(self, "_summary", kept)
+        return kept
 
 
 def visible(case: Case, window: tuple[int, int] | None = None, *, device: str | torch.device = "cpu") -> torch.Tensor:
@@ -166,9 +181,9 @@ def attention(inputs: Inputs, *, window: tuple[int, int] | None = None, key_mask
         from oracle._fast import attention_triton  # imports triton: only where the Triton engine runs
 
         with _exact_fp32_matmul():
-            out, lse = attention_triton(inputs, window, future_block_keys_right, kv_rounded=kv_rounded,
-                                        round_p=round_p, precision=precision)
-        return OracleResult(out=out, lse=lse)
+            out, lse, figures = attention_triton(inputs, window, future_block_keys_right, kv_rounded=kv_rounded,
+                                                 round_p=round_p, precision=precision)
+        return OracleResult(out=out, lse=lse, figures=figures)
     key_mask = _row_key_mask(inputs.case, key_mask, future_block_keys_right, dev)
     return _torch_engine(inputs, window, key_mask, precision, chunk, kv_rounded=kv_rounded, round_p=round_p)
 

@@ -2,14 +2,17 @@
 
 The judge never lets the reference's own error reach `oracle.precision.GOLDEN_SHARE` (1/10) of the tightest bound
 it applies to the case: its error bound (`oracle.precision.bound`, from the case's values, the precision and the
-engine) divided by that tightest bound is the case's *oracle share*. The oracle runs in fp32 (its fast engine on a
-GPU) only where that share is provably at most 1/10, else in fp64 (most cases: the bound is a worst case); a share above 1/10 even in fp64 (values near
+engine) divided by that tightest bound is the case's *oracle share*. A share above 1/10 even in fp64 (values near
 fp64's own range) makes the case bad input, never a verdict. Pure: no I/O, no processes.
 
-`GoldenOracle(inputs, tol)` guesses before the attention runs, from the case's statistics and bounds as they would
-be with `max|O|` at a quarter of `max|v|` (`TRY_FP32_BELOW`), whether fp32 is worth a try; `confirm(tol, ref)` checks the bounds that applied once the lowering ran
-(which kernels ran chooses them) against the reference's own figures, and recomputes it in fp64 where fp32 no longer
-holds. Every reference of the case (its partials' too) then comes from the same precision.
+Which precision: on a GPU whose Triton compiles the oracle kernel's `F64` variant, always fp64 (one launch there,
+as fast as fp32 on the cases a sweep draws: docs/gpu/README.md's oracle records), so the case's statistics are read
+once, after the attention, with its figures. Elsewhere (the torch engine) fp32 where the share is provably at most
+1/10, else fp64 (most cases: the bound is a worst case): `GoldenOracle(inputs, tol)` guesses before the attention
+runs, from the case's statistics and bounds as they would be with `max|O|` at a quarter of `max|v|`
+(`TRY_FP32_BELOW`), whether fp32 is worth a try; `confirm(tol, ref)` checks the bounds that applied once the lowering
+ran (which kernels ran chooses them) against the reference's own figures, and recomputes it in fp64 where fp32 no
+longer holds. Every reference of the case (its partials' too) then comes from the same precision.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 
 from oracle import reference
 from oracle.inputs import Inputs
-from oracle.precision import GOLDEN_SHARE, CaseStats, ErrorBound, bound, case_stats
+from oracle.precision import GOLDEN_SHARE, CaseStats, ErrorBound, bound, pending_case_stats
 from oracle.ulp import ulp
 from parity.engine.tolerance import Tolerance
 
@@ -65,18 +68,9 @@ def share(err: ErrorBound, tight: Tightest, lse_min: float, lse_max: float) -> f
 
 
 def _ref_figures(ref: reference.OracleResult) -> tuple[float, float, float, float]:
-    """`(max|O|, rms(O), min finite |LSE|, max finite |LSE|)` of a reference, read in one transfer."""
-    o = ref.out.detach().to(torch.float64)
-    lse = ref.lse.detach().to(torch.float64)
-    fin = torch.isfinite(lse)
-    big = torch.where(fin, lse.abs(), torch.zeros_like(lse))
-    small = torch.where(fin, lse.abs(), torch.full_like(lse, math.inf))
-    vals = torch.stack([o.abs().max() if o.numel() else o.new_zeros(()),
-                        o.square().mean().sqrt() if o.numel() else o.new_zeros(()),
-                        small.min() if lse.numel() else o.new_zeros(()),
-                        big.max() if lse.numel() else o.new_zeros(())]).tolist()
-    mx, rms, lo, hi = vals
-    return mx, rms, (lo if math.isfinite(lo) else 0.0), hi
+    """`(max|O|, rms(O), min finite |LSE|, max finite |LSE|)` of a reference (`OracleResult.summary`: one transfer)."""
+    s = ref.summary()
+    return s.max_abs_out, s.rms_out, s.min_abs_lse, s.max_abs_lse
 
 
 class GoldenOracle:
@@ -85,14 +79,25 @@ class GoldenOracle:
 
     def __init__(self, inputs: Inputs, tol: Tolerance, *, yardstick: bool = True, engine: str = "auto") -> None:
         self.inputs, self.yardstick = inputs, yardstick
-        self.stats: CaseStats = case_stats(inputs)
         self.fast_engine = _fast_engine(inputs, engine)
+        self._read_stats = pending_case_stats(inputs, "triton" if self.fast_engine == "triton" else "torch")
+        self._stats: CaseStats | None = None
+        self.oracle_share = math.nan
+        if self.fast_engine == "triton" and reference.triton_f64_ready(inputs.q.device):
+            self.precision = "float64"  # as fast as fp32 there (module docstring): no guess, no wait for statistics
+            return
         V = self.stats.V / TRY_FP32_BELOW
         likely = tightest(tol, inputs.case.dtype, V, V, 0.0, yardstick)
         fast = bound(self.stats, torch.float32, self.fast_engine)
         fits = math.isfinite(fast.out_abs) and fast.out_abs <= GOLDEN_SHARE * likely.out_abs
         self.precision = "float32" if fits else "float64"
-        self.oracle_share = math.nan
+
+    @property
+    def stats(self) -> CaseStats:
+        """The case's statistics (`oracle.precision.case_stats`), read from the device at first use."""
+        if self._stats is None:
+            self._stats = self._read_stats()
+        return self._stats
 
     @property
     def engine(self) -> str:

@@ -262,7 +262,11 @@ def _run_unit(kind: str, case: Any, device: str) -> None:
         from oracle.reference import triton_f64_ready
 
         if triton_f64_ready(torch.device(device)):
-            attention(materialize(case, device, build="host"), engine="triton", precision=torch.float64)
+            from oracle.precision import case_stats
+
+            inputs = materialize(case, device, build="host")
+            attention(inputs, engine="triton", precision=torch.float64)
+            case_stats(inputs, "triton")  # the statistics kernel the golden reference launches beside it
     elif kind == "yardstick":
         attention(materialize(case, device, build="host"), engine="triton", kv_rounded=True, round_p=True)
     else:

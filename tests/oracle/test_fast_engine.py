@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle import attention, materialize
-from oracle._fast import attention_triton, combine_splits
+from oracle._fast import attention_triton, finish
+from oracle.reference import OracleResult
 from oracle.errors import InvalidInput
 from tests.oracle.oracle_cases import build_case, cases, windows
 
@@ -64,7 +65,7 @@ def test_triton_engine_matches_torch_engine(case, data):
         kw = {"window": (-1, -1), "future_block_keys_right": data.draw(st.integers(-1, case.block_size), label="right")}
     ref = attention(inputs, engine="torch", precision=torch.float64, **kw)
     for splits in (1, 3):
-        out, lse = attention_triton(inputs, kw.get("window", case.window), kw.get("future_block_keys_right"),
+        out, lse, _ = attention_triton(inputs, kw.get("window", case.window), kw.get("future_block_keys_right"),
                                     splits=splits)
         got = type(ref)(out=out, lse=lse)
         assert_close(got, ref, score_bound(inputs), f"{case.short()} {kw} splits={splits}")
@@ -112,16 +113,47 @@ def test_triton_engine_refuses_what_it_cannot_do():
         attention(inputs, future_block_keys_right=-2)
 
 
-def test_combine_of_splits_is_exact_for_empty_splits():
-    """An empty split (max -inf, sum 0) changes nothing; all-empty rows give (0, -inf), no NaN."""
+DEVICE = "cuda" if ON_GPU else "cpu"  # the compiled kernels on a GPU, the interpreter on a CPU
+
+
+def _finished(acc, m, ls):
+    """`oracle._fast.finish` on partials of one request and KV head, one row, `D = acc.shape[-1]`."""
+    case = build_case((3,), 1, 1, 1, acc.shape[-1], 4)
+    out, lse, fig = finish(acc.to(DEVICE), m.to(DEVICE), ls.to(DEVICE), case, 1, upcast=not ON_GPU)
+    return out.cpu(), lse.cpu(), fig.cpu()
+
+
+def test_merge_of_splits_is_exact_for_empty_splits():
+    """An empty split (max -inf, sum 0) changes nothing; all-empty rows give (0, -inf), no NaN; a NaN partial gives
+    NaN (a non-finite oracle must show, never turn into an empty row); the figures say so."""
     acc = torch.tensor([[[[2.0, 4.0]]], [[[0.0, 0.0]]]])  # [S=2, P=1, R=1, D=2]
     m = torch.tensor([[[0.5]], [[float("-inf")]]])
     ls = torch.tensor([[[2.0]], [[0.0]]])
-    out, lse = combine_splits(acc, m, ls)
-    assert torch.equal(out, torch.tensor([[[1.0, 2.0]]]))
-    assert torch.allclose(lse, torch.tensor([[0.5 + torch.log(torch.tensor(2.0)).item()]]))
-    out, lse = combine_splits(torch.zeros(2, 1, 1, 2), torch.full((2, 1, 1), float("-inf")), torch.zeros(2, 1, 1))
-    assert torch.equal(out, torch.zeros(1, 1, 2)) and torch.isneginf(lse).all()
+    out, lse, fig = _finished(acc, m, ls)
+    assert torch.equal(out, torch.tensor([[[[1.0, 2.0]]]]))
+    assert torch.allclose(lse, torch.tensor([[[0.5 + torch.log(torch.tensor(2.0)).item()]]]))
+    assert fig.tolist() == [[2.0, 5.0, lse.item(), lse.item(), 0.0]]
+    out, lse, fig = _finished(torch.zeros(2, 1, 1, 2), torch.full((2, 1, 1), float("-inf")), torch.zeros(2, 1, 1))
+    assert torch.equal(out, torch.zeros(1, 1, 1, 2)) and torch.isneginf(lse).all()
+    assert fig.tolist() == [[0.0, 0.0, float("inf"), 0.0, 0.0]]
+    out, lse, fig = _finished(acc, torch.tensor([[[float("nan")]], [[0.0]]]), ls)
+    assert torch.isnan(out).all() and torch.isnan(lse).all() and fig[0, 4].item() == 3.0
+
+
+@given(case=cases(max_batch=3, max_ctx=40, max_block=6, head_dims=(16, 64)), splits=st.sampled_from([1, 3]),
+       f64=st.booleans())
+@settings(SETTINGS, max_examples=12)
+def test_the_engines_figures_are_its_outputs_statistics(case, splits, f64):
+    """`OracleResult.summary()` from the kernel's figures equals the same summary reduced from the tensors."""
+    inputs = materialize(case, DEVICE)
+    out, lse, figures = attention_triton(inputs, case.window, None, splits=splits,
+                                         precision=torch.float64 if f64 else torch.float32)
+    fast = OracleResult(out=out, lse=lse, figures=figures).summary()
+    slow = OracleResult(out=out, lse=lse).summary()
+    assert fast.non_finite == slow.non_finite == 0
+    for name in ("max_abs_out", "min_abs_lse", "max_abs_lse"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.rms_out == pytest.approx(slow.rms_out, rel=1e-12)
 
 
 @gpu
@@ -152,15 +184,15 @@ def test_agreement_check_catches_a_seeded_engine_bug(bug):
     inputs = materialize(case, "cuda" if ON_GPU else "cpu")
     if bug == "window_one_wider":
         ref = attention(inputs, engine="torch")
-        out, lse = attention_triton(inputs, (3, 3), None)
+        out, lse, _ = attention_triton(inputs, (3, 3), None)
     elif bug == "part_b_includes_own_key":
         ref = attention(inputs, engine="torch", window=(-1, -1), future_block_keys_right=2)
-        out, lse = attention_triton(inputs, (-1, 1), None)  # i-1 .. i+1 instead of i+1 .. i+2
+        out, lse, _ = attention_triton(inputs, (-1, 1), None)  # i-1 .. i+1 instead of i+1 .. i+2
     else:
         ref = attention(inputs, engine="torch")
         # request 1 (L=21, page 4): positions 16..20 sit in columns 4 and 5, inside the window of its queries
         inputs.page_table[1, 4], inputs.page_table[1, 5] = inputs.page_table[1, 5].clone(), inputs.page_table[1, 4].clone()
-        out, lse = attention_triton(inputs, case.window, None)
+        out, lse, _ = attention_triton(inputs, case.window, None)
     with pytest.raises(AssertionError):
         assert_close(type(ref)(out=out, lse=lse), ref, score_bound(inputs), bug)
 
@@ -207,7 +239,7 @@ def test_kv_rounded_engines_agree(k_scale, v_scale, dtype, layout, storage):
     ref = attention(inputs, engine="torch", precision=torch.float64, kv_rounded=True)
     plain = attention(inputs, engine="torch", precision=torch.float64)
     for splits in (1, 3):
-        out, lse = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True)
+        out, lse, _ = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True)
         assert_close(type(ref)(out=out, lse=lse), ref, score_bound(inputs), f"{case.short()} splits={splits}")
     moved = (plain.out - ref.out).abs().max().item() / ref.out.abs().max().item()
     assert moved > 100 * REL, f"rounding the dequantized pool moved the output by only {moved:.2e} of max|O|"
@@ -239,7 +271,7 @@ def test_round_p_engines_agree(dtype, kv_dtype):
     plain = attention(inputs, engine="torch", kv_rounded=True).out.to(wd).double()
     step = torch.finfo(wd).eps
     for splits in (1, 3):
-        out, _ = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True, round_p=True)
+        out, _, _ = attention_triton(inputs, case.window, None, splits=splits, kv_rounded=True, round_p=True)
         theirs = out.to(wd).double()
         apart = (mine - theirs).abs().max().item() / (step * mine.abs().max().item())
         assert apart <= 2, f"{case.short()} splits={splits}: {apart:.2f} steps of max|O| apart"
@@ -258,7 +290,7 @@ def test_the_fp64_engines_agree(case):
         pytest.skip("this Triton cannot compile the fp64 variant (the golden reference takes the torch engine)")
     ref = attention(inputs, engine="torch", precision=torch.float64)
     for splits in (1, 3):
-        out, lse = attention_triton(inputs, case.window, None, splits=splits, precision=torch.float64)
+        out, lse, _ = attention_triton(inputs, case.window, None, splits=splits, precision=torch.float64)
         assert out.dtype == torch.float64 and torch.equal(torch.isfinite(lse), torch.isfinite(ref.lse))
         scale = max(ref.out.abs().max().item(), 1e-30)
         assert (out - ref.out).abs().max().item() <= 1e-12 * scale, case.short()

@@ -29,6 +29,7 @@ from strategies import cases, limits_for, profile_settings, with_overrides
 from tests.oracle.oracle_cases import build_case
 
 ROOT = Path(__file__).resolve().parents[2]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton engine compiled on a GPU, interpreted on a CPU
 TOL = {d: load_policy(None).for_case("x", d, ())[0] for d in ("bfloat16", "float16")}
 
 
@@ -90,6 +91,41 @@ def test_stats_read_only_owned_keys():
     assert most / 1.01 <= st.V <= most * prec.STATS_MARGIN
 
 
+@pytest.mark.parametrize("engine", ["torch", "triton"])
+def test_stats_of_both_engines_read_only_owned_keys(engine):
+    """The same for the Triton engine's one launch, beside the torch one: canary slots (NaN)
+    and spare pages never reach the statistics. Where a canary does reach them (a page table pointing a request at
+    a canary page), the statistics turn non-finite: the check can fail."""
+    case = build_case((5, 40), 3, 2, 2, 64, 16, kv_dtype="float8_e4m3fn", k_scale=0.5, v_scale=4.0)
+    inputs = materialize(case, DEVICE)
+    st = prec.case_stats(inputs, engine)
+    assert math.isfinite(st.A) and math.isfinite(st.V)
+    case = dataclasses.replace(case, kv_dtype="bfloat16", k_scale=1.0, v_scale=1.0)  # the interpreter reads an
+    inputs = materialize(case, DEVICE)  # fp8 NaN as 480 (the compiled kernel as NaN): bf16 keys for the canary
+    assert math.isfinite(prec.case_stats(inputs, engine).A)
+    owned = set(sum(case.pages, ()))
+    spare = next(p for p in range(inputs.k_pool.shape[0]) if p not in owned)
+    table = inputs.page_table.clone()
+    table[1, 0] = spare  # request 1's first page (positions 0-15, all owned) now a page of NaN keys
+    bad = dataclasses.replace(inputs, page_table=table)
+    bad.k_pool[spare] = float("nan")
+    assert not math.isfinite(prec.case_stats(bad, engine).A)
+
+
+@pytest.mark.parametrize("layout,storage,kv,D", [("NHD", "dense", None, 64), ("HND", "appended", None, 16),
+                                                 ("NHD", "appended", "float8_e4m3fn", 16),
+                                                 ("HND", "dense", "float8_e4m3fn", 64)])
+def test_the_triton_statistics_equal_the_torch_ones(layout, storage, kv, D):
+    """One launch against the torch ops: the same A and V to fp32's rounding, n and D equal."""
+    for lens, K, hkv, G in [((0, 37, 5), 3, 2, 3), ((300,), 5, 1, 4), ((1, 1), 1, 3, 1)]:
+        case = build_case(lens, K, hkv, G, D, 16, layout=layout, block_storage=storage, kv_dtype=kv,
+                          k_scale=0.25 if kv else 1.0, v_scale=3.0 if kv else 1.0)
+        inputs = materialize(case, DEVICE)
+        a, b = prec.case_stats(inputs, "torch"), prec.case_stats(inputs, "triton")
+        assert (a.n, a.D) == (b.n, b.D)
+        assert b.A == pytest.approx(a.A, rel=1e-6) and b.V == pytest.approx(a.V, rel=1e-6), case.short()
+
+
 def test_fp64_is_golden_everywhere_fp32_is_not():
     inputs = materialize(dataclasses.replace(build_case((128,), 1, 3, 6, 128, 16, dtype="float16"), values="huge",
                                              seed=62), "cpu")
@@ -145,3 +181,12 @@ def test_the_error_script_runs_on_a_sample():
     assert got.returncode == 0, got.stdout + got.stderr
     lines = [ln for ln in got.stdout.splitlines() if ln.startswith(("plain", "huge"))]
     assert len(lines) == 4 and "of the tightest bound (promise 0.1)" in got.stdout
+
+
+def test_the_statistics_name_a_bad_engine(monkeypatch):
+    inputs = materialize(build_case((3,), 1, 1, 1, 16, 4), "cpu")
+    with pytest.raises(prec.InvalidInput, match="engine: one of"):
+        prec.case_stats(inputs, "cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU tensors, the compiled kernel: refused, not a Triton traceback
+    with pytest.raises(prec.InvalidInput, match="engine: 'torch' or 'auto' for tensors on cpu"):
+        prec.case_stats(inputs, "triton")
