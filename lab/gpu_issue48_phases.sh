@@ -22,7 +22,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/parity-*.json.gz")):
     for name, v in d["lowerings"].items():
         ph = v.get("phase_seconds") or {}
         rows.append((name, tag, v.get("cases"), v.get("seconds"), ph, v.get("oracle")))
-keys = ["build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names"]
+keys = ["build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait", "precompile"]
 print("lowering | pass | cases | seconds | " + " | ".join(keys) + " | oracle tally")
 for name, tag, n, s, ph, o in sorted(rows):
     print(f"{name} | {tag} | {n} | {s} | " + " | ".join(str(ph.get(k, "")) for k in keys) + f" | {o}")

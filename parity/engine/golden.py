@@ -5,14 +5,18 @@ it applies to the case: its error bound (`oracle.precision.bound`, from the case
 engine) divided by that tightest bound is the case's *oracle share*. A share above 1/10 even in fp64 (values near
 fp64's own range) makes the case bad input, never a verdict. Pure: no I/O, no processes.
 
-Which precision: on a GPU whose Triton compiles the oracle kernel's `F64` variant, always fp64 (one launch there,
-as fast as fp32 on the cases a sweep draws: docs/gpu/README.md's oracle records), so the case's statistics are read
-once, after the attention, with its figures. Elsewhere (the torch engine) fp32 where the share is provably at most
-1/10, else fp64 (most cases: the bound is a worst case): `GoldenOracle(inputs, tol)` guesses before the attention
-runs, from the case's statistics and bounds as they would be with `max|O|` at a quarter of `max|v|`
-(`TRY_FP32_BELOW`), whether fp32 is worth a try; `confirm(tol, ref)` checks the bounds that applied once the lowering
-ran (which kernels ran chooses them) against the reference's own figures, and recomputes it in fp64 where fp32 no
-longer holds. Every reference of the case (its partials' too) then comes from the same precision.
+Which precision: on a GPU whose Triton compiles the oracle kernel's `F64` variant, always fp64. There the guess below
+gave fp64 to nearly every drawn case and to every production shape (the bound grows with the keys); the fp64 kernel
+costs what the fp32 one does on short contexts and a few times more on long ones, on the device, where 15 processes
+side by side leave it room; and without a guess no case waits for the device before its attention: the statistics
+are read once, after it, with the output's figures (docs/gpu/README.md, the oracle's records).
+
+Elsewhere (the torch engine) fp32 where the share is provably at most 1/10, else fp64 (most cases: the bound is a
+worst case): `GoldenOracle(inputs, tol)` guesses before the attention runs, from the case's statistics and bounds as
+they would be with `max|O|` at a quarter of `max|v|` (`TRY_FP32_BELOW`), whether fp32 is worth a try;
+`confirm(tol, ref)` checks the bounds that applied once the lowering ran (which kernels ran chooses them) against the
+reference's own figures, and recomputes it in fp64 where fp32 no longer holds. Every reference of the case (its
+partials' too) then comes from the same precision.
 """
 
 from __future__ import annotations

@@ -190,3 +190,22 @@ def test_the_statistics_name_a_bad_engine(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU tensors, the compiled kernel: refused, not a Triton traceback
     with pytest.raises(prec.InvalidInput, match="engine: 'torch' or 'auto' for tensors on cpu"):
         prec.case_stats(inputs, "triton")
+
+
+@pytest.mark.parametrize("f64_ready", [True, False])
+def test_on_the_triton_engine_fp64_needs_no_guess(monkeypatch, f64_ready):
+    """Where the Triton engine attends in fp64 (the `F64` variant compiles), the golden reference takes fp64 at once and
+    reads the statistics only after the attention (no wait before it); where it does not, the guess decides as on the
+    torch engine (a `tiny` case: fp32)."""
+    import oracle.reference as ref_mod
+
+    monkeypatch.setattr(ref_mod, "triton_f64_ready", lambda device: f64_ready)
+    case = dataclasses.replace(build_case((40, 7), 2, 2, 2, 16, 16), values="tiny")
+    inputs = materialize(case, DEVICE)
+    g = GoldenOracle(inputs, TOL["bfloat16"], engine="triton")
+    assert g.precision == ("float64" if f64_ready else "float32")
+    assert (g._stats is None) == f64_ready  # read at first use: after the attention
+    ref = g.confirm(TOL["bfloat16"], g.attention())
+    assert g.oracle_share <= prec.GOLDEN_SHARE and g.problem() is None and g._stats is not None
+    truth = attention(inputs, engine="torch", precision=torch.float64)
+    assert (ref.out.double() - truth.out).abs().max().item() <= g.error_bound().out_abs
