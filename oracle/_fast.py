@@ -116,10 +116,10 @@ def attention_triton(inputs: Inputs, window: tuple[int, int], future_block_keys_
         **f64_args,
         num_warps=4, num_stages=2,
     )
-    return finish(acc, m, ls, c, block_r, upcast=bool(upcast))
+    return finish(acc, m, ls, c, block_r)
 
 
-def finish(acc: torch.Tensor, m: torch.Tensor, ls: torch.Tensor, c: Case, block_r: int, *, upcast: bool
+def finish(acc: torch.Tensor, m: torch.Tensor, ls: torch.Tensor, c: Case, block_r: int
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The split partials `acc [S, B * Hkv, R_TOT, D_PAD]`, `m`, `ls [S, B * Hkv, R_TOT]` of case `c` (row blocks of
     `block_r`) merged and normalized by `oracle/_finish_kernel.py`: `(out [B, K, Hq, D], lse [B, K, Hq], figures

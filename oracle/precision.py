@@ -41,9 +41,10 @@ from typing import Callable
 
 import torch
 
-from oracle.dtypes import TORCH_DTYPES, interpreting
+from oracle.dtypes import TORCH_DTYPES
 from oracle.errors import InvalidInput
 from oracle.inputs import Inputs
+from oracle.reference import triton_engine_ready
 
 GOLDEN_SHARE = 0.1  # the oracle's error may be at most this share of the tightest bound the judge applies
 LAMBDA = 10.0  # the probabilistic sum bound's confidence (module docstring)
@@ -135,24 +136,16 @@ def pending_case_stats(inputs: Inputs, engine: str = "auto") -> Callable[[], Cas
     if engine not in ("auto", *ENGINES):
         raise InvalidInput("engine", f"one of ('auto', 'torch', 'triton'), got {engine!r}")
     if engine == "auto":
-        engine = "triton" if inputs.q.device.type == "cuda" and _triton_importable() else "torch"
+        engine = "triton" if inputs.q.device.type == "cuda" and triton_engine_ready(inputs.q.device) else "torch"
     if engine == "torch":
         return lambda: _case_stats_torch(inputs)
-    if not (_triton_importable() and (inputs.q.device.type == "cuda" or interpreting())):
+    if not triton_engine_ready(inputs.q.device):
         raise InvalidInput("engine", f"'torch' or 'auto' for tensors on {inputs.q.device}: the Triton engine needs "
                            "triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU ones)")
     from oracle._fast import stats_triton
 
     peaks = stats_triton(inputs)
     return lambda: _from_peaks(inputs, peaks.tolist())
-
-
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 def _scales_of(inputs: Inputs) -> tuple[float, float]:
