@@ -66,19 +66,18 @@ def _finish_kernel(
     lse_st = lse.to(LSE.dtype.element_ty)
     tl.store(LSE + l_off, lse_st, mask=row_ok)
 
-    ov = o_st.to(tl.float64)
-    lv = lse_st.to(tl.float64)
-    o_fin = ok2 & (ov == ov) & (tl.abs(ov) != float("inf"))
-    l_fin = row_ok & (lv == lv) & (tl.abs(lv) != float("inf"))
-    o_bad = ok2 & ~((ov == ov) & (tl.abs(ov) != float("inf")))
-    l_bad = row_ok & ((lv != lv) | (lv == float("inf")))
-    oa = tl.where(o_fin, tl.abs(ov), 0.0)
+    o_abs = tl.abs(o_st.to(tl.float64))
+    l_abs = tl.abs(lse_st.to(tl.float64))
+    o_fin = o_abs < float("inf")  # False for NaN and +-inf
+    l_fin = row_ok & (l_abs < float("inf"))
+    oa = tl.where(ok2 & o_fin, o_abs, 0.0)
     f = (pid * tl.num_programs(1) + rb).to(tl.int64) * 5
     tl.store(FIG + f, tl.max(tl.max(oa, 1), 0))
     tl.store(FIG + f + 1, tl.sum(tl.sum(oa * oa, 1), 0))
-    tl.store(FIG + f + 2, tl.min(tl.where(l_fin, tl.abs(lv), float("inf")), 0))
-    tl.store(FIG + f + 3, tl.max(tl.where(l_fin, tl.abs(lv), 0.0), 0))
-    n_bad = tl.sum(tl.sum(o_bad.to(tl.int32), 1), 0) + tl.sum(l_bad.to(tl.int32), 0)
+    tl.store(FIG + f + 2, tl.min(tl.where(l_fin, l_abs, float("inf")), 0))
+    tl.store(FIG + f + 3, tl.max(tl.where(l_fin, l_abs, 0.0), 0))
+    l_bad = row_ok & ~l_fin & ~(lse_st < 0)  # NaN and +inf; an empty row's -inf is not one
+    n_bad = tl.sum(tl.sum((ok2 & ~o_fin).to(tl.int32), 1), 0) + tl.sum(l_bad.to(tl.int32), 0)
     tl.store(FIG + f + 4, n_bad.to(tl.float64))
 
 
