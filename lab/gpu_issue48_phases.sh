@@ -3,6 +3,7 @@
 # command as lab/gpu_issue48_run11.sh runs it (a fill pass each, then PASSES warm passes alternating), then per
 # lowering and pass the report's seconds and `phase_seconds` (build, oracle, yardstick, lowering, judge, ...), and
 # the cases each tree judged in fp32 and fp64. Only the logs and one table come back ($OUT kept small).
+# Over two calls on one warm machine: FILL=250 PASSES=0, then FILL=0 PASSES=2 (the table covers both).
 #   OUT=dir FILL=170 PASSES=2 EXCLUDE='context[flashinfer-fa3]' bash lab/gpu_issue48_phases.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -21,11 +22,13 @@ for f in sorted(glob.glob(sys.argv[1] + "/parity-*.json.gz")):
     d = json.load(gzip.open(f))
     for name, v in d["lowerings"].items():
         ph = v.get("phase_seconds") or {}
-        rows.append((name, tag, v.get("cases"), v.get("seconds"), ph, v.get("oracle")))
+        comp = sum((v.get("compiles") or {}).values())
+        rows.append((name, tag, v.get("cases"), v.get("seconds"), ph, v.get("oracle"), comp, v.get("compile_families")))
 keys = ["build", "oracle", "yardstick", "lowering", "judge", "hardening", "kernel_names", "wait", "precompile"]
-print("lowering | pass | cases | seconds | " + " | ".join(keys) + " | oracle tally")
-for name, tag, n, s, ph, o in sorted(rows):
-    print(f"{name} | {tag} | {n} | {s} | " + " | ".join(str(ph.get(k, "")) for k in keys) + f" | {o}")
+print("lowering | pass | cases | seconds | " + " | ".join(keys) + " | compiles | families | oracle tally")
+for name, tag, n, s, ph, o, comp, fam in sorted(rows):
+    print(f"{name} | {tag} | {n} | {s} | " + " | ".join(str(ph.get(k, "")) for k in keys) + f" | {comp} | {fam} | {o}")
 PY
 cat "$OUT/phases.txt"
+tar -C "$RUNS" -czf "$OUT/reports.tgz" $(cd "$RUNS" && ls parity-*.json.gz summary-*.md 2>/dev/null)
 date -u +%T

@@ -4,6 +4,7 @@
 # tree the issue was filed on (main 1933668, carried as .base/) on one machine, one after the other: a fill pass
 # each (limit FILL s: JIT caches), then PASSES warm passes each, alternating. "cases in" is the figure of record.
 # lab/gpu_issue48_flashinfer.sh (or lab/gpu_session.sh's set-up) ran before on this machine.
+# Split over two calls on one warm machine: FILL=250 PASSES=0, then FILL=0 PASSES=2 (the fill's reports stay in OUT).
 #   OUT=dir FILL=130 PASSES=2 [EXCLUDE='context[flashinfer-fa3]'] bash lab/gpu_issue48_run11.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -29,8 +30,7 @@ sweep() {  # $1 tree (new|base), $2 pass, $3 limit, $4 compiled-merge shards
   cp "/tmp/sweep-$1-$2.log" "$OUT/" 2>/dev/null; cp "/tmp/sweep-$1-$2/summary.md" "$OUT/summary-$1-$2.md" 2>/dev/null
   cp "/tmp/sweep-$1-$2/parity.json" "$OUT/parity-$1-$2.json" 2>/dev/null
 }
-sweep new 1 ${FILL:-130} 10
-sweep base 1 ${FILL:-130} 10
+if [ "${FILL:-130}" != 0 ]; then sweep new 1 ${FILL:-130} 10; sweep base 1 ${FILL:-130} 10; fi  # FILL=0: passes only
 for p in $(seq 2 $((1 + ${PASSES:-2}))); do sweep new $p 45 5; sweep base $p 45 5; done
 gzip -f "$OUT"/*.json "$OUT"/sweep-*.log 2>/dev/null
 date -u +%T
