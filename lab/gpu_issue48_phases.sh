@@ -30,5 +30,5 @@ for name, tag, n, s, ph, o, comp, fam in sorted(rows):
     print(f"{name} | {tag} | {n} | {s} | " + " | ".join(str(ph.get(k, "")) for k in keys) + f" | {comp} | {fam} | {o}")
 PY
 cat "$OUT/phases.txt"
-tar -C "$RUNS" -czf "$OUT/reports.tgz" $(cd "$RUNS" && ls parity-*.json.gz summary-*.md 2>/dev/null)
+tar -C "$RUNS" -czf "$OUT/reports.tgz" $(cd "$RUNS" && ls parity-*.json.gz summary-*.md sweep-*.log.gz 2>/dev/null)
 date -u +%T

@@ -1,0 +1,2 @@
+# run 111's call (the same machine, warm, 10 s after run 110): one warm pass each, then the GPU tests
+echo "fresh: $([ -d /tmp/phases-runs ] && echo no || echo yes)"; nvidia-smi --query-gpu=name --format=csv,noheader; mkdir -p /tmp/o1 && mv /tmp/phases-runs/run11.log /tmp/o1/ 2>/dev/null; OUT=$OUT FILL=0 PASSES=1 bash lab/gpu_issue48_phases.sh 2>&1 | grep -E "==|cases in|exit code|compiled"; OUT=$OUT bash lab/gpu_issue48_tests.sh  # as it was then: lab/gpu_issue48_steps.sh since
