@@ -147,12 +147,12 @@ def _run_case(lowering: Lowering, case: Case, policy: Policy, opts: RunOptions, 
     outcome = CaseOutcome(lowering.name, case, "pass")
     with _Phase(outcome, "build"):
         inputs, bufs = prepare_inputs(lowering, case, opts)
-    with _Phase(outcome, "oracle"):
+    with _Phase(outcome, "oracle"):  # the launches and the wait for them (the first read of their figures)
         golden = GoldenOracle(inputs, policy.for_case(lowering.name, case.dtype, ())[0],
                               yardstick=bool(opts.yardstick and yardstick is not None))
         ref = golden.attention()
-    # Scores or values past fp32's range (a `scale` of 1e300) overflow every fp32 kernel: judged by the fp32 oracle.
-    bad = oracle_problem(case, ref if golden.fits_fp32() else reference.attention(inputs))
+        # Scores or values past fp32's range (a `scale` of 1e300) overflow fp32 kernels: judged by the fp32 oracle.
+        bad = oracle_problem(case, ref if golden.fits_fp32() else reference.attention(inputs))
     if bad:  # no output can be judged against it: the case is bad input, never a pass
         return CaseOutcome(lowering.name, case, INVALID, reason=bad, seconds=time.perf_counter() - t0)
     yard_out = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -236,3 +237,20 @@ def test_phases_are_timed_and_reported():
     line = phase_line({"phase_seconds": rep.phases, "cases": 2, "unsupported": 0, "seconds": 2 * out.seconds})
     assert "cases/s" in line and "lowering" in line and line.endswith("%")
     assert phase_line({"phase_seconds": {}, "cases": 0}) == ""
+
+
+def test_the_oracle_phase_holds_the_wait_for_the_oracle(monkeypatch):
+    """On a GPU the oracle's launches return at once and the first read of its figures waits for them
+    (`oracle_problem`): that wait is the oracle's time, not time outside every phase."""
+    from parity.engine import case_run
+
+    real = case_run.oracle_problem
+
+    def slow(case, ref):
+        time.sleep(0.05)
+        return real(case, ref)
+
+    monkeypatch.setattr(case_run, "oracle_problem", slow)
+    out = run_case(lowerings.get("decode_rows"), CASE, POL, RunOptions())
+    assert out.status == "pass" and out.phases["oracle"] >= 0.05
+
