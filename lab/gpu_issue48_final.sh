@@ -11,14 +11,7 @@ git log -1 --format='tree %h' 2>/dev/null || true
 STEPS=none bash lab/gpu_session.sh > /tmp/setup.log 2>&1
 head -3 /tmp/setup.log; grep -E "installed|flashinfer " /tmp/setup.log
 export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/jit/triton
-echo "== 1. the oracle's and the yardstick's tests"
-timeout 90 python3 -m pytest tests/oracle/test_fast_engine.py tests/oracle/test_precision.py tests/parity/test_yardstick.py \
-  -q -p no:cacheprovider -n 12 -rfs --tb=short -k "not the_error_script" > /tmp/oracle-tests.log 2>&1
-echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" /tmp/oracle-tests.log | tail -8
-echo "== 2. the GPU-marked tests, not slow"
-timeout 100 python3 -m pytest tests -m "parity_gpu and not slow" -q -p no:cacheprovider -n 12 -rfs --tb=line \
-  > /tmp/gpu-tests.log 2>&1
-echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" /tmp/gpu-tests.log | tail -12
+OUT=$OUT bash lab/gpu_issue48_steps.sh  # 1. the oracle's and the yardstick's tests, 2. the GPU-marked tests
 echo "== 3. run 11's command with fa3, per phase"
 unset PYTHONPATH
 OUT=$OUT FILL=${FILL:-150} PASSES=${PASSES:-2} bash lab/gpu_issue48_phases.sh 2>&1 | tail -40
