@@ -28,6 +28,8 @@ from parity.engine.golden import GoldenOracle
 from parity.engine.policy import load as load_policy
 from strategies import cases, limits_for
 
+from gpu_oracle_bench import timed  # lab/, beside this script
+
 POLICY = load_policy(None)
 LOWERINGS = ("context", "decode_rows", "windowed_merge[triton]", "hybrid_paged")
 
@@ -42,16 +44,8 @@ def wall(fn, sync_after: bool = True) -> float:
 
 
 def events(fn, reps: int = 5) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    """The median of `reps` CUDA-event timings after a warm call, in ms (lab/gpu_oracle_bench.py's `timed`)."""
+    return timed(fn, reps)[0]
 
 
 def oracle_phase(x, tol) -> str:
