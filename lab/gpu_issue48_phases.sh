@@ -4,6 +4,7 @@
 # lowering and pass the report's seconds and `phase_seconds` (build, oracle, yardstick, lowering, judge, ...), and
 # the cases each tree judged in fp32 and fp64. Only the logs and one table come back ($OUT kept small).
 # Over two calls on one warm machine: FILL=250 PASSES=0, then FILL=0 PASSES=2 (the table covers both).
+# In one call with a hard limit: BUDGET=500 (seconds for the sweeps, lab/gpu_issue48_run11.sh), so the table is written.
 #   OUT=dir FILL=170 PASSES=2 EXCLUDE='context[flashinfer-fa3]' bash lab/gpu_issue48_phases.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1

@@ -6,6 +6,8 @@
 # lab/gpu_issue48_flashinfer.sh (or lab/gpu_session.sh's set-up) ran before on this machine.
 # Split over calls on one warm machine: FILL=210 PASSES=0, then FILL=0 PASSES=2 FIRST_PASS=2, then FIRST_PASS=4 ...
 # (the fill's reports stay in OUT). FILL_SHARDS: the compiled merge's shards in the fill (10; the passes use 5).
+# BUDGET: seconds for all the sweeps from this script's start; a sweep gets what is left less 15 s, and one left
+# under 20 s is skipped and says so (so that one call with a hard limit still writes its table afterwards).
 #   OUT=dir FILL=130 PASSES=2 [EXCLUDE='context[flashinfer-fa3]'] bash lab/gpu_issue48_run11.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -18,12 +20,18 @@ L=(context[flashinfer-fa2] context[flashinfer-fa3] decode_rows[flashinfer] decod
 largs=(); for l in "${L[@]}"; do [[ " ${EXCLUDE:-} " == *" $l "* ]] || largs+=(--lowering "$l"); done  # EXCLUDE: names
 echo "lowerings: ${largs[*]}"
 shards=; [[ " ${largs[*]} " == *" windowed_merge[flashinfer-compiled] "* ]] && shards=1  # its --shards, when it is checked
+T0=$(date +%s)
 sweep() {  # $1 tree (new|base), $2 pass, $3 limit, $4 compiled-merge shards
-  local dir=$PWD mod=parity.front.cli
+  local dir=$PWD mod=parity.front.cli limit=$3
+  if [ -n "${BUDGET:-}" ]; then
+    local left=$((BUDGET - ($(date +%s) - T0) - 15))
+    [ "$left" -lt 20 ] && { echo "== $(date -u +%T) $1 pass $2 skipped: ${left} s of BUDGET=$BUDGET left"; return; }
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   [ "$1" != new ] && dir=$PWD/.$1 && mod=parity.cli  # base: .base/ (main 1933668); pre48: .pre48/ (7023d6d)
-  echo "== $(date -u +%T) $1 pass $2 (limit $3 s)"
+  echo "== $(date -u +%T) $1 pass $2 (limit $limit s)"
   local start=$(date +%s.%N)
-  (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout -s TERM -k 60 "$3" python3 -m $mod check --device cuda --profile gpu \
+  (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout -s TERM -k 60 "$limit" python3 -m $mod check --device cuda --profile gpu \
      --seed 3 --max-examples 500 --jobs 15 --warm-up --no-hardening --no-isolate \
      ${shards:+--shards "windowed_merge[flashinfer-compiled]=$4"} --mps $PROD_OFF --report "/tmp/sweep-$1-$2" "${largs[@]}" \
      > "/tmp/sweep-$1-$2.log" 2>&1)
