@@ -8,6 +8,7 @@ failure. Meaning of every field: docs/semantics.md section 1.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -255,7 +256,7 @@ def _distinct_ids_in_pool(pages: tuple[tuple[int, ...], ...], num_pages: int) ->
     seen = _CHECKED_PAGES.get(id(pages))
     if seen is not None and seen[0] is pages and seen[1] == num_pages:
         return True
-    flat = [p for row in pages for p in row]
+    flat = list(itertools.chain.from_iterable(pages))
     ok = (set(map(type, flat)) <= {int} and (not flat or (min(flat) >= 0 and max(flat) < num_pages))
           and len(set(flat)) == len(flat))
     if ok:
@@ -263,6 +264,15 @@ def _distinct_ids_in_pool(pages: tuple[tuple[int, ...], ...], num_pages: int) ->
             _CHECKED_PAGES.pop(next(iter(_CHECKED_PAGES)))
         _CHECKED_PAGES[id(pages)] = (pages, num_pages)
     return ok
+
+
+def _plain_ints_in(values: tuple, lo: int, hi: int | None = None) -> bool:
+    """Whether every value is a plain `int` in `[lo, hi)` (`hi` None: unbounded). True implies what `_validate`'s
+    per-element loop checks (`is_int` and the range), so the loop, which builds a message per element, runs only
+    where this is False, and then decides as it always did."""
+    if hi is None:
+        return all(type(v) is int and v >= lo for v in values)
+    return all(type(v) is int and lo <= v < hi for v in values)
 
 
 def _validate(c: Case) -> None:
@@ -274,8 +284,9 @@ def _validate(c: Case) -> None:
         v = getattr(c, name)
         need(is_int(v) and v >= 1, name, f"a positive integer, got {v!r}")
     need(len(c.context_lens) >= 1, "context_lens", "at least one request (batch size >= 1)")
-    for b, L in enumerate(c.context_lens):
-        need(is_int(L) and L >= 0, f"context_lens[{b}]", f"a context length >= 0, got {L!r}")
+    if not _plain_ints_in(c.context_lens, 0):  # the common case in one pass; the loop names a culprit
+        for b, L in enumerate(c.context_lens):
+            need(is_int(L) and L >= 0, f"context_lens[{b}]", f"a context length >= 0, got {L!r}")
     need(c.num_q_heads % c.num_kv_heads == 0, "num_q_heads",
          f"must be a multiple of num_kv_heads={c.num_kv_heads}, got {c.num_q_heads}")
     need(c.layout in LAYOUTS, "layout", f"one of {LAYOUTS}, got {c.layout!r}")
@@ -299,13 +310,15 @@ def _validate(c: Case) -> None:
     need(c.values in VALUE_REGIMES, "values", f"one of {VALUE_REGIMES}, got {c.values!r}")
     need(c.value_keys == () or len(c.value_keys) == len(c.context_lens), "value_keys",
          f"empty (keyed by index) or one key per request ({len(c.context_lens)}), got {len(c.value_keys)}")
-    for b, k in enumerate(c.value_keys):
-        need(is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
+    if not _plain_ints_in(c.value_keys, 0, 2**63):
+        for b, k in enumerate(c.value_keys):
+            need(is_int(k) and 0 <= k < 2**63, f"value_keys[{b}]", f"an integer in [0, 2**63), got {k!r}")
     need(not c.peak_keys or (c.values == "peak" and len(c.peak_keys) == len(c.context_lens)), "peak_keys",
          f"empty, or with values='peak' one key position per request ({len(c.context_lens)}), got "
          f"{len(c.peak_keys)} with values={c.values!r}")
-    for b, t in enumerate(c.peak_keys):
-        need(is_int(t) and 0 <= t < 2**31, f"peak_keys[{b}]", f"a key position in [0, 2**31), got {t!r}")
+    if not _plain_ints_in(c.peak_keys, 0, 2**31):
+        for b, t in enumerate(c.peak_keys):
+            need(is_int(t) and 0 <= t < 2**31, f"peak_keys[{b}]", f"a key position in [0, 2**31), got {t!r}")
     need(c.version in READ_FORMAT_VERSIONS and not isinstance(c.version, bool), "version",
          f"one of {READ_FORMAT_VERSIONS}, got {c.version!r}")
     if c.version == 1:
@@ -318,6 +331,9 @@ def _validate(c: Case) -> None:
     # The common case (distinct int ids inside the pool) is checked at C speed; otherwise the loop below
     # finds the first culprit page and names it.
     pages_ok = _distinct_ids_in_pool(c.pages, c.num_pages)
+    K, ps = c.block_size, c.page_size
+    if pages_ok and all(len(row) >= -(-(L + K) // ps) for row, L in zip(c.pages, c.context_lens)):
+        return  # every request holds its pages (`pages_needed`): the loop below would raise nothing
     owner: dict[int, int] = {}
     for b, row in enumerate(c.pages):
         want = pages_needed(c.context_lens[b], c.block_size, c.page_size)

@@ -109,6 +109,18 @@ def place_peak(case: Case | None, p: dict[str, Any], lowering: Any) -> Case | No
 
 
 def _candidates(p: dict[str, Any]):
+    """The distinct repairs of `p` in the order they are tried (`_every_candidate`), each once: a later one equal to
+    an earlier one (a pair whose one value is the field's own, a single's repeat) was refused already, as `supports()`
+    answers the same case the same way."""
+    seen = set()
+    for q in _every_candidate(p):
+        key = tuple(repr(q[k]) for k, _ in _REPAIRS)
+        if key not in seen:
+            seen.add(key)
+            yield q
+
+
+def _every_candidate(p: dict[str, Any]):
     """The repairs of `p` in the order they are tried: one field at a time (`_REPAIRS`), then two at once
     (e.g. window and page size) as a last resort."""
     for key, alternatives in _REPAIRS:

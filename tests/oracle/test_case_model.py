@@ -93,6 +93,17 @@ def test_invalid_case_names_field(name):
     assert ei.value.rule
 
 
+@pytest.mark.parametrize("over, field", [(dict(context_lens=(1, True)), "context_lens[1]"),
+                                         (dict(context_lens=(1.0, 5)), "context_lens[0]"),
+                                         (dict(context_lens=(1, 2**70)), "pages[1]")])
+def test_a_value_past_the_one_pass_check_is_named_by_the_loop(over, field):
+    """`_validate` checks plain ints in one pass and names a culprit only where that fails: a bool or a float
+    still names its request (the JSON loader refuses both before, naming the field); a huge int passes as before."""
+    with pytest.raises(InvalidInput) as ei:
+        Case(**_valid_kwargs(**over))
+    assert ei.value.where == field, str(ei.value)
+
+
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_invalid_case_from_json_names_field(name):
     """The same rules through the JSON loader: the field appears in the message after the source."""

@@ -233,3 +233,28 @@ def test_a_supports_that_reads_the_page_ids_after_declaring_by_shape_never_gets_
     lying = ReadsPages()
     drawn = _drawn(lying, 60)  # tried: returning the accepted candidate unasked draws odd first pages
     assert len(drawn) > 40 and all(lying.supports(c) is None for c in drawn)
+
+
+def test_a_draw_no_repair_fixes_asks_each_distinct_candidate_once_and_none_left_out():
+    """A draw that no repair fixes (here: a lowering that refuses everything) asks `supports()` of each distinct
+    candidate once: a pair whose one value is the field's own repeats a single, refused already. Every case the
+    full enumeration would ask is still asked. Tried: yielding every candidate asks 121 instead of 50."""
+    from strategies import _cases
+
+    p = dict(context_lens=[5, 17], value_keys=[1, 2], block_size=4, num_kv_heads=2, group=5, head_dim=128,
+             page_size=16, window=("causal", None), dtype="bfloat16", kv_dtype="bfloat16", k_scale=1.0, v_scale=1.0,
+             scale=None, layout="NHD", block_storage="dense", page_table_dtype="int32", page_table_pad=0,
+             spare_pages=0, extra_pages=0, perm_seed=0, seed=1, values="plain")
+    asked = []
+
+    class RefusesAll:
+        name = "refuses-all"
+
+        def supports(self, case):
+            asked.append(case)
+            return "refused"
+
+    assert _cases.repair(p, RefusesAll()) is None
+    every = [_cases.build_case(q) for q in _cases._every_candidate(p)]
+    assert set(asked) == {_cases.build_case(p), *every}  # none left out
+    assert len(asked) - 1 == len(list(_cases._candidates(p))) < 0.7 * len(every), (len(asked), len(every))
