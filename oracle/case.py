@@ -331,9 +331,9 @@ def _validate(c: Case) -> None:
     # The common case (distinct int ids inside the pool) is checked at C speed; otherwise the loop below
     # finds the first culprit page and names it.
     pages_ok = _distinct_ids_in_pool(c.pages, c.num_pages)
-    K, ps = c.block_size, c.page_size
-    if pages_ok and all(len(row) >= -(-(L + K) // ps) for row, L in zip(c.pages, c.context_lens)):
-        return  # every request holds its pages (`pages_needed`): the loop below would raise nothing
+    if pages_ok and all(len(row) >= pages_needed(L, c.block_size, c.page_size)
+                        for row, L in zip(c.pages, c.context_lens)):
+        return  # every request holds its pages: the loop below would raise nothing
     owner: dict[int, int] = {}
     for b, row in enumerate(c.pages):
         want = pages_needed(c.context_lens[b], c.block_size, c.page_size)
