@@ -35,6 +35,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from oracle._paged_tile import block_rows, page_of, pool_rows
+
 
 @triton.jit
 def _nearest_bf16(x):
@@ -201,13 +203,11 @@ def _oracle_kernel(
     for t0 in range(start, end, BLOCK_N):
         t = t0 + tl.arange(0, BLOCK_N)
         t_ok = t < end
-        page = tl.load(PT + b.to(tl.int64) * s_pt_b + (t // PAGE) * s_pt_c, mask=t_ok, other=0).to(tl.int64)
+        page = page_of(PT, b, t, t_ok, s_pt_b, s_pt_c, PAGE)
         slot = t % PAGE
         kv_mask = t_ok[:, None] & d_ok[None, :]
-        k = tl.load(KP + page[:, None] * s_kp_page + slot[:, None] * s_kp_slot + h * s_kp_head + d[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(VP + page[:, None] * s_vp_page + slot[:, None] * s_vp_slot + h * s_vp_head + d[None, :],
-                    mask=kv_mask, other=0.0)
+        k = pool_rows(KP, page, slot, h, d, s_kp_page, s_kp_slot, s_kp_head, kv_mask)
+        v = pool_rows(VP, page, slot, h, d, s_vp_page, s_vp_slot, s_vp_head, kv_mask)
         if KV_ROUNDED:
             k_deq = k.to(tl.float32) * k_scale
             v_deq = v.to(tl.float32) * v_scale
@@ -230,10 +230,8 @@ def _oracle_kernel(
             j = tl.arange(0, K_PAD)
             j_ok = j < K
             kv_mask = j_ok[:, None] & d_ok[None, :]
-            kb = tl.load(KB + b.to(tl.int64) * s_kb_b + j[:, None] * s_kb_k + h * s_kb_h + d[None, :],
-                         mask=kv_mask, other=0.0)
-            vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
-                         mask=kv_mask, other=0.0)
+            kb = block_rows(KB, b, j, h, d, s_kb_b, s_kb_k, s_kb_h, kv_mask)
+            vb = block_rows(VB, b, j, h, d, s_vb_b, s_vb_k, s_vb_h, kv_mask)
             acc, m_i, l_i = _tile(q, kb, vb, L + j, j_ok, pos, i_row, row_ok, L, acc, m_i, l_i,
                                   qk_block, 1.0, left, right, fbk, fbk_right, K,
                                   V_SPLIT, UPCAST, ROUND_P, F64)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from oracle._paged_tile import block_rows, page_of, pool_rows
+
 STATS_RUNTIME_ARGS = ["s_pt_b", "s_pt_c", "Hkv", "appended", "K", "G", "PAGE", "per_split"]
 
 
@@ -56,13 +58,11 @@ def _stats_kernel(
     for t0 in range(start, end, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         t_ok = t < end
-        page = tl.load(PT + b.to(tl.int64) * s_pt_b + (t // PAGE) * s_pt_c, mask=t_ok, other=0).to(tl.int64)
+        page = page_of(PT, b, t, t_ok, s_pt_b, s_pt_c, PAGE)
         slot = t % PAGE
         mask = t_ok[:, None] & d_ok[None, :]
-        k = tl.load(KP + page[:, None] * s_kp_page + slot[:, None] * s_kp_slot + h * s_kp_head + d[None, :],
-                    mask=mask, other=0.0).to(tl.float32)
-        v = tl.load(VP + page[:, None] * s_vp_page + slot[:, None] * s_vp_slot + h * s_vp_head + d[None, :],
-                    mask=mask, other=0.0).to(tl.float32)
+        k = pool_rows(KP, page, slot, h, d, s_kp_page, s_kp_slot, s_kp_head, mask).to(tl.float32)
+        v = pool_rows(VP, page, slot, h, d, s_vp_page, s_vp_slot, s_vp_head, mask).to(tl.float32)
         k_norm, _ = _peaks(k)
         _, v_peak = _peaks(v)
         kn = tl.maximum(kn, k_norm)
@@ -82,10 +82,8 @@ def _stats_kernel(
         if appended == 0:
             j = tl.arange(0, K_PAD)
             mask = (j < K)[:, None] & d_ok[None, :]
-            kb = tl.load(KB + b.to(tl.int64) * s_kb_b + j[:, None] * s_kb_k + h * s_kb_h + d[None, :],
-                         mask=mask, other=0.0).to(tl.float32)
-            vb = tl.load(VB + b.to(tl.int64) * s_vb_b + j[:, None] * s_vb_k + h * s_vb_h + d[None, :],
-                         mask=mask, other=0.0).to(tl.float32)
+            kb = block_rows(KB, b, j, h, d, s_kb_b, s_kb_k, s_kb_h, mask).to(tl.float32)
+            vb = block_rows(VB, b, j, h, d, s_vb_b, s_vb_k, s_vb_h, mask).to(tl.float32)
             bkn, _ = _peaks(kb)
             _, bvm = _peaks(vb)
 

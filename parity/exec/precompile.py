@@ -43,8 +43,8 @@ from typing import Any, Callable
 
 POLL_S = (0.02, 0.2)  # the first and longest pause when every variant left is being compiled by another process
 _done: set[str] = set()  # markers this process found or wrote (a later lowering of the same limits: nothing to do)
-_SOURCES = ("oracle/_fast_kernel.py", "oracle/_stats_kernel.py", "oracle/_finish_kernel.py", "oracle/_fast.py",
-            "oracle/_values_kernel.py", "oracle/_device_values.py",
+_SOURCES = ("oracle/_fast_kernel.py", "oracle/_stats_kernel.py", "oracle/_finish_kernel.py", "oracle/_paged_tile.py",
+            "oracle/_fast.py", "oracle/_values_kernel.py", "oracle/_device_values.py",
             "oracle/inputs.py")  # the kernels and their launchers: what their specializations follow
 
 
